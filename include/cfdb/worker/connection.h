@@ -1,0 +1,92 @@
+// WorkerConnection: the one client surface for talking to a single worker by
+// address. Callers never touch the generated stub or build channels.
+//
+//   auto conn = WorkerConnection::Open("127.0.0.1:50051");
+//   if (!conn.ok()) ...;
+//   absl::StatusOr<double> idle = (*conn)->IdleTime(std::chrono::seconds(5));
+//   if (!idle.ok()) switch (ClassifyError(Rpc::kIdle, idle.status())) ...
+//
+// Errors are returned as absl::Status carrying the gRPC code and message;
+// ClassifyError (errors.h) tells what they mean. Nothing here throws.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cfdb/worker/clock.h"
+#include "cfdb/worker/credentials.h"
+#include "cfdb/worker/job.h"
+#include "cfdb/worker/worker.h"
+
+namespace cfdb::worker {
+
+// IdleSource is the narrow part of a connection the serve loop needs, so the
+// loop is testable with a fake.
+class IdleSource {
+ public:
+  virtual ~IdleSource() = default;
+  // IdleTime returns the worker's idle seconds. See WorkerConnection.
+  virtual absl::StatusOr<double> IdleTime(Duration timeout) = 0;
+  // Close releases the connection. May fail; safe to call more than once.
+  virtual absl::Status Close() = 0;
+};
+
+struct DispatchCallbacks {
+  // Called once when the worker accepted the job.
+  std::function<void()> on_accepted;
+  // Called for each output chunk, in order.
+  std::function<void(OutputStream, std::string_view)> on_output;
+};
+
+// WorkerConnection talks to one worker. Channels are pooled process-wide by
+// (target, credentials): connections to the same worker share one channel.
+// Safe for concurrent use. Each call blocks until its reply or its deadline.
+class WorkerConnection final : public IdleSource {
+ public:
+  // Open makes a connection to `target` ("host:port"). Does not dial yet.
+  // INVALID_ARGUMENT for an empty target.
+  static absl::StatusOr<std::unique_ptr<WorkerConnection>> Open(
+      std::string target, Credentials credentials = Credentials::Insecure());
+
+  ~WorkerConnection() override;
+
+  // IdleTime returns the worker's idle seconds (Idle RPC) with a per-call
+  // deadline of `timeout`. INVALID_ARGUMENT without calling the worker for a
+  // non-positive timeout; otherwise the call's gRPC status.
+  absl::StatusOr<double> IdleTime(Duration timeout) override;
+
+  // Stop asks the worker to stop with a drain `grace` (see Worker::Stop) and
+  // returns once it drained. `timeout` bounds the whole call; it must be
+  // positive and should exceed the grace (INVALID_ARGUMENT otherwise, and no
+  // call is made).
+  absl::StatusOr<StopSummary> Stop(Duration grace, Duration timeout);
+
+  // Dispatch runs `request` on the worker, calling `callbacks` as events
+  // arrive, and returns the job's outcome. `timeout`, if set, bounds the
+  // whole call (a positive value; INVALID_ARGUMENT otherwise). A status is
+  // returned when the job was refused (e.g. RESOURCE_EXHAUSTED) or the call
+  // broke; DATA_LOSS if the stream ended without a terminal event.
+  absl::StatusOr<JobOutcome> Dispatch(const JobRequest& request,
+                                      const DispatchCallbacks& callbacks,
+                                      std::optional<Duration> timeout = {});
+
+  // Close releases this connection's hold on the pooled channel. Idempotent;
+  // later calls fail with FAILED_PRECONDITION.
+  absl::Status Close() override;
+
+  const std::string& target() const { return target_; }
+
+  class Impl;
+
+ private:
+  WorkerConnection(std::string target, std::unique_ptr<Impl> impl);
+  std::string target_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cfdb::worker

@@ -1,0 +1,84 @@
+// The docket: the set of jobs in flight on a worker, and the idle clock that
+// the worker's `Idle` RPC reports.
+//
+// Idle is the time since the docket last became empty, with construction
+// counting as becoming empty, and zero while any job is in flight. The idle
+// timestamp moves only on the empty <-> non-empty edges; reading it never
+// changes it, and an Admit that is refused leaves it alone.
+//
+//   Docket docket(clock, /*capacity=*/4);
+//   if (absl::Status s = docket.Admit(&job); !s.ok()) return s;  // refused
+//   ... run the job ...
+//   docket.Release(&job);
+#pragma once
+
+#include <cstddef>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/clock.h"
+
+namespace cfdb::worker {
+
+// Cancellable is a job in the docket that can be asked to stop early.
+class Cancellable {
+ public:
+  virtual ~Cancellable() = default;
+  // Cancel asks the job to end soon. Called with the docket's lock held, so
+  // it must not call into the docket; safe to call more than once and from
+  // any thread.
+  virtual void Cancel() = 0;
+};
+
+// Docket tracks in-flight jobs and idle time. Safe for concurrent access
+// without external synchronization. Does not own the jobs: a job must stay
+// alive until it is released.
+class Docket {
+ public:
+  // `clock` must outlive the docket. `capacity` >= 1 is the most jobs in
+  // flight at once (max_concurrent_tasks).
+  Docket(const Clock& clock, std::size_t capacity);
+
+  // Admit adds `job` to the docket. Errors (the docket and idle clock are
+  // untouched): UNAVAILABLE once Close() was called; RESOURCE_EXHAUSTED when
+  // `capacity` jobs are in flight. Admitting the same pointer twice is a
+  // programming error.
+  absl::Status Admit(Cancellable* job);
+
+  // Release removes `job`, admitted earlier. When it was the last one, idle
+  // starts counting from now. Releasing an unknown job does nothing.
+  void Release(Cancellable* job);
+
+  // Idle returns the time since the docket last became empty, or zero while
+  // any job is in flight.
+  Duration Idle() const;
+
+  // in_flight returns the number of jobs in the docket.
+  std::size_t in_flight() const;
+
+  std::size_t capacity() const { return capacity_; }
+
+  // Close refuses every later Admit with UNAVAILABLE. Idempotent.
+  void Close();
+  bool closed() const;
+
+  // CancelAll calls Cancel() on every job in flight and returns how many.
+  std::size_t CancelAll();
+
+  // WaitEmptyUntil blocks until the docket is empty or the steady clock
+  // reaches `deadline` (TimePoint::max() waits without limit). Returns true
+  // if the docket is empty.
+  bool WaitEmptyUntil(TimePoint deadline) const;
+
+ private:
+  const Clock& clock_;
+  const std::size_t capacity_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<Cancellable*> jobs_ ABSL_GUARDED_BY(mu_);
+  TimePoint empty_since_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace cfdb::worker

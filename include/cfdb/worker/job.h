@@ -1,0 +1,120 @@
+// Jobs: what a client asks a worker to run, what a job kind's handler sees
+// while it runs, and how a job ends.
+//
+// A program that embeds the library registers its own job kinds next to the
+// built-in "exec" (see worker.h):
+//
+//   worker.RegisterKind("echo", [](JobContext& ctx) {
+//     ctx.Emit(OutputStream::kStdout, ctx.request().payload);
+//     return JobOutcome::Exited(0);
+//   });
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cfdb/worker/clock.h"
+
+namespace cfdb::worker {
+
+// ExecSpec is the job of the built-in "exec" kind: a program started directly
+// (no shell) in its own process group. Mirrors cfdb.worker.v1.ExecSpec.
+struct ExecSpec {
+  std::vector<std::string> argv;               // non-empty; argv[0] via PATH
+  std::map<std::string, std::string> env;      // the whole environment
+  std::string cwd;                             // empty: the worker's own
+  std::string stdin_data;                      // written, then stdin closes
+  Duration time_limit = Duration::zero();      // zero: no limit
+};
+
+// JobRequest is one dispatched job.
+struct JobRequest {
+  std::string job_id;  // 1..256 printable ASCII bytes
+  std::string kind;    // a registered kind, e.g. "exec"
+  ExecSpec exec;       // for kind "exec"
+  std::string payload; // opaque bytes for an embedded kind
+};
+
+enum class OutputStream { kStdout, kStderr };
+
+// JobOutcome is how a job ended: exactly one per accepted job.
+struct JobOutcome {
+  enum class Kind {
+    kExited,    // ran to its end; `code` is the exit code
+    kSignaled,  // ran to its end, killed by signal `signal` (not by us)
+    kFailed,    // see `failure`
+  };
+  enum class Failure {
+    kNone,
+    kStartFailed,        // could not start (not found, not executable, ...)
+    kCancelled,          // cancelled by a stop or by the client
+    kTimeLimitExceeded,  // ran past its time limit and was cancelled
+    kHandlerError,       // an embedded handler reported an error
+  };
+
+  static JobOutcome Exited(int code);
+  static JobOutcome Signaled(int signal);
+  static JobOutcome Failed(Failure failure, std::string message);
+
+  Kind kind = Kind::kExited;
+  int code = 0;
+  int signal = 0;
+  Failure failure = Failure::kNone;
+  std::string message;
+
+  // ShellStatus maps the outcome to a shell-style exit status: the code;
+  // 128+N for signal N; 127 start failed; 124 time limit; 125 cancelled; 1
+  // handler error.
+  int ShellStatus() const;
+  // ToString describes the outcome for logs and people.
+  std::string ToString() const;
+
+  friend bool operator==(const JobOutcome&, const JobOutcome&) = default;
+};
+
+// FailureName returns a stable upper-case name (e.g. "TIME_LIMIT_EXCEEDED").
+std::string_view FailureName(JobOutcome::Failure failure);
+
+// JobContext is what a job kind's handler sees while its job runs. The worker
+// owns it; it lives until the handler returns. Safe to use from the handler's
+// thread and from threads the handler starts and joins before returning.
+class JobContext {
+ public:
+  virtual ~JobContext() = default;
+
+  // request returns the dispatched job.
+  virtual const JobRequest& request() const = 0;
+
+  // cancelled returns true once the job was cancelled (a stop ran out of
+  // grace, or the client went away). A handler should then end soon and
+  // return JobOutcome::Failed(kCancelled, ...).
+  virtual bool cancelled() const = 0;
+
+  // cancel_fd returns a descriptor that becomes readable once the job is
+  // cancelled, for handlers that wait in poll(2). Owned by the context.
+  virtual int cancel_fd() const = 0;
+
+  // kill_grace is the time between SIGTERM and SIGKILL when a process is
+  // cancelled (task_kill_grace_seconds).
+  virtual Duration kill_grace() const = 0;
+
+  // EmitResult says what became of a chunk passed to Emit.
+  enum class EmitResult {
+    kSent,      // queued for the client
+    kDropped,   // the job is cancelled or the client has gone: stop output
+    kTimedOut,  // the deadline passed while the client was backed up; the
+                // chunk was not sent: call again with the same chunk
+  };
+
+  // Emit sends a chunk of output to the client, byte-exact. It blocks while
+  // the client's stream is backed up (flow control), so a handler producing
+  // output faster than the client reads is slowed down, not buffered without
+  // bound, but never past `deadline` (steady clock), so a handler can keep
+  // its own timers (e.g. a time limit) while it waits.
+  virtual EmitResult Emit(OutputStream stream, std::string_view data,
+                          TimePoint deadline = TimePoint::max()) = 0;
+};
+
+}  // namespace cfdb::worker

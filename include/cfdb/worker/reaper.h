@@ -1,0 +1,108 @@
+// The reaper: the serve loop's policy for retiring a worker. It polls the
+// worker's own Idle RPC (through an IdleSource dialled like any client) and
+// decides when the worker exits and with which drain grace.
+//
+// Each turn checks, in order: max lifetime, then a requested stop (signal or
+// Stop RPC), then the idle poll, so a signal always beats an idle exit. Waits
+// between turns end at once when a stop is requested.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "cfdb/worker/clock.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/shutdown.h"
+
+namespace cfdb::worker {
+
+// Defaults of the serve loop; cloudformation/workers.yml repeats the first
+// three and its tests check they agree.
+inline constexpr double kDefaultIdleTimeoutSeconds = 600;
+inline constexpr double kDefaultMaxLifetimeSeconds = 43200;       // 12 h
+inline constexpr double kDefaultMaxLifetimeGraceSeconds = 21600;  // 6 h
+inline constexpr double kDefaultIdlePollIntervalSeconds = 15;
+inline constexpr double kDefaultIdlePollDeadlineSeconds = 5;
+inline constexpr int kDefaultIdlePollFailureLimit = 20;
+inline constexpr double kDefaultSignalGraceSeconds = 0;
+
+struct ReaperOptions {
+  // Idle at or past this retires the worker. Zero disables idle polling: no
+  // connection is ever made.
+  Duration idle_timeout = ToDuration(Seconds(kDefaultIdleTimeoutSeconds));
+  // Time between polls (> 0). The next poll comes earlier when the last
+  // reading says the timeout will be reached sooner.
+  Duration idle_poll_interval =
+      ToDuration(Seconds(kDefaultIdlePollIntervalSeconds));
+  // Deadline of each poll (> 0).
+  Duration idle_poll_deadline =
+      ToDuration(Seconds(kDefaultIdlePollDeadlineSeconds));
+  // After this many consecutive failed polls (>= 1) polling stops.
+  int idle_poll_failure_limit = kDefaultIdlePollFailureLimit;
+  // The worker retires this long after start whatever it is doing. Zero
+  // disables.
+  Duration max_lifetime = ToDuration(Seconds(kDefaultMaxLifetimeSeconds));
+  // Drain grace of the idle and max-lifetime exits.
+  Duration max_lifetime_grace =
+      ToDuration(Seconds(kDefaultMaxLifetimeGraceSeconds));
+  // Drain grace of the signal exit (0: cancel at once, as the platform sends
+  // SIGKILL soon after SIGTERM).
+  Duration signal_grace = ToDuration(Seconds(kDefaultSignalGraceSeconds));
+};
+
+enum class ExitReason { kIdle, kMaxLifetime, kSignal, kStopRpc, kRequested };
+
+// ExitReasonName returns "idle", "max lifetime", "signal", "stop rpc" or
+// "requested".
+std::string_view ExitReasonName(ExitReason reason);
+
+// ReaperExit is why and how the loop ended.
+struct ReaperExit {
+  ExitReason reason = ExitReason::kRequested;
+  // The drain grace the worker was stopped with (none for kStopRpc, whose
+  // caller chose the grace).
+  Duration grace = Duration::zero();
+  // The last idle reading in seconds (0 if none).
+  double idle_seconds = 0;
+};
+
+// Reaper runs the serve loop's policy. Not thread-safe: one thread calls Run.
+class Reaper {
+ public:
+  // Makes the IdleSource for the polls; called at most once, and only when
+  // the idle timeout is non-zero. An error disables polling (logged).
+  using ConnectionFactory =
+      std::function<absl::StatusOr<std::unique_ptr<IdleSource>>()>;
+  // Stops the worker with a drain grace and returns when it has drained.
+  using Stopper = std::function<void(Duration grace)>;
+
+  // `clock` must outlive the reaper; `watcher` reports requested stops.
+  Reaper(ReaperOptions options, const Clock& clock, Watcher watcher,
+         ConnectionFactory connect, Stopper stop);
+
+  // Run loops until the worker must exit, calls the stopper with the exit's
+  // grace (except for kStopRpc), closes the connection (a failed close is
+  // logged, never fatal), logs one line with the reason and returns it.
+  ReaperExit Run();
+
+ private:
+  enum class Poll { kContinue, kIdleExit };
+  Poll PollOnce(TimePoint now, TimePoint* next_poll);
+  std::string RemainingBound(TimePoint now) const;
+
+  const ReaperOptions options_;
+  const Clock& clock_;
+  Watcher watcher_;
+  ConnectionFactory connect_;
+  Stopper stop_;
+
+  TimePoint start_;
+  std::unique_ptr<IdleSource> source_;
+  bool polling_ = false;
+  int consecutive_failures_ = 0;
+  double last_idle_seconds_ = 0;
+};
+
+}  // namespace cfdb::worker

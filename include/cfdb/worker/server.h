@@ -1,0 +1,53 @@
+// WorkerServer puts a Worker on the network as the gRPC service
+// cfdb.worker.v1.Worker (proto/cfdb/worker/v1/worker.proto).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cfdb/worker/clock.h"
+#include "cfdb/worker/credentials.h"
+#include "cfdb/worker/worker.h"
+
+namespace cfdb::worker {
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (see WorkerServer::port).
+  std::string address = "127.0.0.1:0";
+  Credentials credentials;
+  // Called when a Stop RPC arrives, before the drain (e.g. to wake the serve
+  // loop). Runs on a gRPC thread; must not block.
+  std::function<void()> on_stop_rpc;
+};
+
+// WorkerServer serves one Worker. Thread-safe. Does not own the worker, which
+// must outlive the server.
+class WorkerServer {
+ public:
+  // Start listens on `options.address` and starts serving. Errors:
+  // UNAVAILABLE when the address cannot be bound (in use, bad host).
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(
+      Worker& worker, ServerOptions options);
+
+  // Shuts down with a zero deadline if Shutdown was not called.
+  ~WorkerServer();
+
+  // port returns the port the server listens on.
+  int port() const { return port_; }
+
+  // Shutdown stops accepting calls, lets calls in progress finish until
+  // `deadline` from now, then cancels them, and returns. Idempotent.
+  void Shutdown(Duration deadline);
+
+  // Implementation detail, public for the .cc file.
+  class Impl;
+
+ private:
+  WorkerServer(std::unique_ptr<Impl> impl, int port);
+  std::unique_ptr<Impl> impl_;
+  int port_;
+};
+
+}  // namespace cfdb::worker

@@ -1,0 +1,95 @@
+// Cooperative shutdown: one place where a stop is requested, any number of
+// watchers that observe it from any thread.
+//
+//   Shutdown shutdown;
+//   if (auto s = shutdown.ListenForSignals(); !s.ok()) { ... }
+//   Watcher watcher = shutdown.watcher();
+//   while (!watcher.stop_requested()) {
+//     DoSomeWork();
+//     if (!SteadyClock::Get().WaitUntil(next_turn, watcher)) break;
+//   }
+//
+// A stop is something someone asked for: destroying a Shutdown never
+// requests one (a moved or dropped value must not turn a long-running
+// process into one that exits at once).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "cfdb/worker/clock.h"
+
+namespace cfdb::worker {
+
+// StopCause says who asked for the stop. The first request wins; later ones
+// do not change the cause.
+enum class StopCause {
+  kNone,       // no stop requested yet
+  kRequested,  // code called Shutdown::Stop()
+  kSignal,     // SIGTERM or SIGINT
+  kStopRpc,    // a client called the worker's Stop RPC
+};
+
+// StopCauseName returns a stable lower-case name ("signal", "stop rpc", ...).
+std::string_view StopCauseName(StopCause cause);
+
+namespace internal {
+struct ShutdownState;
+}  // namespace internal
+
+// Watcher observes a Shutdown. Cheap to copy; safe for concurrent use; keeps
+// the shared state alive, so it may outlive its Shutdown.
+class Watcher {
+ public:
+  // stop_requested returns true once any stop was requested.
+  bool stop_requested() const;
+
+  // cause returns the first stop's cause, or kNone.
+  StopCause cause() const;
+
+  // WaitUntil blocks until a stop is requested or the steady clock reaches
+  // `deadline`. Returns false if a stop was requested (it wakes within
+  // microseconds of the request), true if the deadline passed.
+  bool WaitUntil(TimePoint deadline) const;
+
+ private:
+  friend class Shutdown;
+  explicit Watcher(std::shared_ptr<internal::ShutdownState> state);
+  std::shared_ptr<internal::ShutdownState> state_;
+};
+
+// Shutdown is the source of a stop. Thread-safe. Not copyable or movable.
+class Shutdown {
+ public:
+  Shutdown();
+  // Does not request a stop. Stops the signal listener thread, if any.
+  ~Shutdown();
+  Shutdown(const Shutdown&) = delete;
+  Shutdown& operator=(const Shutdown&) = delete;
+
+  // Stop requests a stop with `cause` (idempotent: the first cause wins) and
+  // wakes every waiting watcher.
+  void Stop(StopCause cause = StopCause::kRequested);
+
+  // watcher returns a new watcher of this shutdown.
+  Watcher watcher() const;
+
+  // ListenForSignals starts a thread that turns SIGTERM and SIGINT into
+  // Stop(kSignal). Each later signal calls `on_repeat` (if set) with the count
+  // of signals so far (2, 3, ...). It blocks both signals in the calling
+  // thread, so call it before starting other threads (they inherit the
+  // mask). Returns FAILED_PRECONDITION if already listening, INTERNAL if the
+  // signal descriptor cannot be made.
+  absl::Status ListenForSignals(std::function<void(int count)> on_repeat = {});
+
+ private:
+  std::shared_ptr<internal::ShutdownState> state_;
+  int signal_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread signal_thread_;
+};
+
+}  // namespace cfdb::worker

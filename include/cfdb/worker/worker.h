@@ -1,0 +1,152 @@
+// The worker: runs dispatched jobs, tracks them in its docket, reports idle
+// time, and stops with a drain grace. Knows nothing of gRPC; server.h puts it
+// on the network.
+//
+//   Worker worker(WorkerOptions{.max_concurrent_tasks = 4});
+//   worker.RegisterKind("exec", RunExec);     // the daemon does this
+//   auto server = WorkerServer::Start(worker, {.address = "127.0.0.1:0"});
+//   ...
+//   StopSummary summary = worker.Stop(std::chrono::seconds(30));
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/clock.h"
+#include "cfdb/worker/docket.h"
+#include "cfdb/worker/job.h"
+
+namespace cfdb::worker {
+
+// JobHandler runs one job of a kind to its end and returns how it ended. It
+// runs on a thread of its own and must return soon after its context is
+// cancelled; a handler that ignores cancellation holds up Stop.
+using JobHandler = std::function<JobOutcome(JobContext&)>;
+
+// Job is one job as a transport sees it: the transport subclasses it to carry
+// output and the outcome to its client, and hands it to Worker::Dispatch.
+// Cancellation (flag, eventfd, kill grace) lives here. Thread-safe.
+class Job : public Cancellable, public JobContext {
+ public:
+  Job(JobRequest request, Duration kill_grace);
+  ~Job() override;
+
+  const JobRequest& request() const override { return request_; }
+  bool cancelled() const override;
+  int cancel_fd() const override { return cancel_fd_; }
+  Duration kill_grace() const override { return kill_grace_; }
+
+  // Cancel marks the job cancelled, makes cancel_fd readable and calls
+  // OnCancelled(). Idempotent.
+  void Cancel() final;
+
+  // OnAccepted is called once the job is in the docket, before its handler
+  // starts (so before any Emit).
+  virtual void OnAccepted() = 0;
+
+  // OnOutcome is called exactly once, after the handler returned, with the
+  // job still in the docket.
+  virtual void OnOutcome(const JobOutcome& outcome) = 0;
+
+ protected:
+  // OnCancelled runs inside the first Cancel(), e.g. to wake a blocked Emit.
+  virtual void OnCancelled() {}
+
+ private:
+  const JobRequest request_;
+  const Duration kill_grace_;
+  const int cancel_fd_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct WorkerOptions {
+  // At most this many jobs in flight; the next gets RESOURCE_EXHAUSTED.
+  std::size_t max_concurrent_tasks = 1;
+  // SIGTERM -> SIGKILL delay when a process is cancelled.
+  Duration task_kill_grace = std::chrono::seconds(10);
+};
+
+// StopSummary says what a stop did to the jobs that were in flight.
+struct StopSummary {
+  std::size_t drained = 0;    // finished by themselves during the drain
+  std::size_t cancelled = 0;  // cancelled when the grace ran out
+};
+
+// Worker runs jobs. Safe for concurrent access without external
+// synchronization, except RegisterKind (before the first Dispatch).
+class Worker {
+ public:
+  // `clock` measures idle time and must outlive the worker.
+  explicit Worker(WorkerOptions options,
+                  const Clock& clock = SteadyClock::Get());
+  // Cancels whatever still runs and joins every job thread.
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // RegisterKind makes `kind` dispatchable. INVALID_ARGUMENT for an empty
+  // name or handler; ALREADY_EXISTS if the kind is registered. Call before
+  // the worker is served.
+  absl::Status RegisterKind(std::string kind, JobHandler handler);
+
+  // Validate checks a request without running it. INVALID_ARGUMENT naming
+  // the bad field: job_id (empty, > 256 bytes, not printable ASCII), unknown
+  // kind, and for "exec" empty argv, a NUL byte in argv/env/cwd, an env name
+  // with '=', a negative or non-finite time limit.
+  absl::Status Validate(const JobRequest& request) const;
+
+  // Dispatch validates `job`'s request, admits it to the docket and runs its
+  // kind's handler on a new thread: OnAccepted(), the handler, OnOutcome(),
+  // then the job leaves the docket. Errors, with the docket untouched:
+  // INVALID_ARGUMENT (see Validate), UNAVAILABLE (stopping),
+  // RESOURCE_EXHAUSTED (docket full), INTERNAL (no thread could be made).
+  absl::Status Dispatch(std::shared_ptr<Job> job);
+
+  // Idle returns the time since the docket last became empty (zero while a
+  // job is in flight). Never touches the docket's contents.
+  Duration Idle() const { return docket_.Idle(); }
+
+  // Stop refuses new jobs (UNAVAILABLE), waits for in-flight jobs for up to
+  // `grace`, cancels the rest and waits until the docket is empty. A zero
+  // grace cancels at once; a negative grace waits without limit. Concurrent
+  // or repeated calls share one drain: the earliest deadline wins, so a
+  // Stop(0) during a long drain cancels at once. Blocks; never fails.
+  StopSummary Stop(Duration grace);
+
+  // stopping returns true once Stop was called.
+  bool stopping() const { return docket_.closed(); }
+
+  // OnStopping registers `callback` to run (once, on the stopping thread)
+  // when the first Stop begins, e.g. to mark the health service NOT_SERVING.
+  void OnStopping(std::function<void()> callback);
+
+  const Docket& docket() const { return docket_; }
+  const WorkerOptions& options() const { return options_; }
+
+ private:
+  void Run(std::shared_ptr<Job> job, const JobHandler* handler);
+  void JoinFinished();
+
+  const WorkerOptions options_;
+  Docket docket_;
+  absl::flat_hash_map<std::string, JobHandler> kinds_;
+
+  absl::Mutex mu_;
+  std::list<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::list<std::thread> finished_ ABSL_GUARDED_BY(mu_);
+  bool stop_started_ ABSL_GUARDED_BY(mu_) = false;
+  std::size_t in_flight_at_stop_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_all_ ABSL_GUARDED_BY(mu_) = false;
+  std::size_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void()> on_stopping_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cfdb::worker

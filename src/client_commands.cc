@@ -1,0 +1,114 @@
+// `cfdb-worker idle|stop|dispatch`: the binary as a client of any worker.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
+#include "commands.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker::cli {
+namespace {
+
+// Fail reports a failed call in one line and returns its exit code.
+int Fail(Rpc rpc, std::string_view address, const absl::Status& status) {
+  const ErrorKind kind = ClassifyError(rpc, status);
+  std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind)
+            << " (" << absl::StatusCodeToString(status.code())
+            << "): " << status.message() << "\n";
+  return ExitCodeFor(kind);
+}
+
+absl::StatusOr<std::unique_ptr<WorkerConnection>> Connect(
+    const ClientOptions& options) {
+  return WorkerConnection::Open(options.address);
+}
+
+void WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // the reader went away; nothing useful to do
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+void SetUpLogging(const std::string& level) {
+  auto logger = spdlog::stderr_logger_mt("cfdb-worker");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+int RunIdle(const ClientOptions& options) {
+  auto connection = Connect(options);
+  if (!connection.ok()) return Fail(Rpc::kIdle, options.address, connection.status());
+  absl::StatusOr<double> idle = (*connection)->IdleTime(options.timeout);
+  if (!idle.ok()) return Fail(Rpc::kIdle, options.address, idle.status());
+  std::cout << absl::StrFormat("%.3f", *idle) << "\n";
+  return kExitOk;
+}
+
+int RunStop(const ClientOptions& options, double grace_seconds) {
+  auto connection = Connect(options);
+  if (!connection.ok()) return Fail(Rpc::kStop, options.address, connection.status());
+  const Duration grace =
+      grace_seconds < 0 ? Duration(-1) : ToDuration(Seconds(grace_seconds));
+  absl::StatusOr<StopSummary> summary =
+      (*connection)->Stop(grace, options.timeout);
+  if (!summary.ok()) return Fail(Rpc::kStop, options.address, summary.status());
+  std::cout << "stopped: " << summary->drained << " jobs drained, "
+            << summary->cancelled << " cancelled\n";
+  return kExitOk;
+}
+
+int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
+  JobRequest request;
+  request.job_id = dispatch.job_id.empty()
+                       ? absl::StrCat("cli-", getpid(), "-",
+                                      std::chrono::system_clock::now()
+                                          .time_since_epoch()
+                                          .count())
+                       : dispatch.job_id;
+  request.kind = "exec";
+  request.exec.argv = dispatch.argv;
+  request.exec.env = dispatch.env;
+  request.exec.cwd = dispatch.cwd;
+  request.exec.time_limit = ToDuration(Seconds(dispatch.time_limit_seconds));
+  if (dispatch.read_stdin && !isatty(STDIN_FILENO)) {
+    request.exec.stdin_data.assign(std::istreambuf_iterator<char>(std::cin),
+                                   std::istreambuf_iterator<char>());
+  }
+  auto connection = Connect(options);
+  if (!connection.ok()) {
+    return Fail(Rpc::kDispatch, options.address, connection.status());
+  }
+  DispatchCallbacks callbacks;
+  callbacks.on_output = [](OutputStream stream, std::string_view data) {
+    WriteAll(stream == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO,
+             data);
+  };
+  std::optional<Duration> timeout;
+  if (options.timeout > Duration::zero()) timeout = options.timeout;
+  absl::StatusOr<JobOutcome> outcome =
+      (*connection)->Dispatch(request, callbacks, timeout);
+  if (!outcome.ok()) return Fail(Rpc::kDispatch, options.address, outcome.status());
+  if (outcome->kind == JobOutcome::Kind::kFailed) {
+    std::cerr << "cfdb-worker: job " << request.job_id << " "
+              << outcome->ToString() << "\n";
+  }
+  return outcome->ShellStatus();
+}
+
+}  // namespace cfdb::worker::cli

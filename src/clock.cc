@@ -1,0 +1,53 @@
+#include "cfdb/worker/clock.h"
+
+#include <cmath>
+
+#include "cfdb/worker/shutdown.h"
+
+namespace cfdb::worker {
+
+Duration ToDuration(Seconds seconds) {
+  constexpr double kMax = static_cast<double>(Duration::max().count()) / 2;
+  const double ns = seconds.count() * 1e9;
+  if (std::isnan(ns)) return Duration::zero();
+  if (ns >= kMax) return Duration(static_cast<Duration::rep>(kMax));
+  if (ns <= -kMax) return Duration(static_cast<Duration::rep>(-kMax));
+  return Duration(static_cast<Duration::rep>(std::llround(ns)));
+}
+
+double ToSeconds(Duration duration) {
+  return std::chrono::duration_cast<Seconds>(duration).count();
+}
+
+const SteadyClock& SteadyClock::Get() {
+  static const SteadyClock clock;
+  return clock;
+}
+
+TimePoint SteadyClock::Now() const { return std::chrono::steady_clock::now(); }
+
+bool SteadyClock::WaitUntil(TimePoint deadline, const Watcher& watcher) const {
+  return watcher.WaitUntil(deadline);
+}
+
+// A fixed, non-zero origin, so a fake time is never mistaken for "unset".
+FakeClock::FakeClock() : now_(std::chrono::hours(1000).count() * 1'000'000'000LL) {}
+
+TimePoint FakeClock::Now() const { return TimePoint(Duration(now_.load())); }
+
+void FakeClock::Advance(Duration d) { now_.fetch_add(d.count()); }
+
+void FakeClock::SetWaitHook(WaitHook hook) { hook_ = std::move(hook); }
+
+bool FakeClock::WaitUntil(TimePoint deadline, const Watcher& watcher) const {
+  ++waits_;
+  if (watcher.stop_requested()) return false;
+  Duration::rep target = deadline.time_since_epoch().count();
+  Duration::rep current = now_.load();
+  while (current < target && !now_.compare_exchange_weak(current, target)) {
+  }
+  if (hook_) hook_(deadline);
+  return !watcher.stop_requested();
+}
+
+}  // namespace cfdb::worker

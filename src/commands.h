@@ -1,0 +1,44 @@
+// The subcommands of the cfdb-worker binary, behind main.cc's flag parsing.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cfdb/worker/clock.h"
+#include "cfdb/worker/config.h"
+
+namespace cfdb::worker::cli {
+
+// Exit codes shared by every subcommand (client errors: errors.h).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntimeFailure = 1;  // e.g. the port is in use
+inline constexpr int kExitUsage = 2;           // bad flag or variable
+
+// SetUpLogging sets spdlog's level and format for a subcommand, on stderr.
+void SetUpLogging(const std::string& level);
+
+// RunServe serves a worker and runs the reaper until it exits.
+int RunServe(const ServeConfig& config);
+
+struct ClientOptions {
+  std::string address;
+  Duration timeout{};
+};
+
+int RunIdle(const ClientOptions& options);
+int RunStop(const ClientOptions& options, double grace_seconds);
+
+struct DispatchOptions {
+  std::string job_id;  // empty: generated
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::string cwd;
+  double time_limit_seconds = 0;
+  bool read_stdin = true;
+};
+
+int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch);
+
+}  // namespace cfdb::worker::cli

@@ -1,0 +1,215 @@
+#include "cfdb/worker/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace cfdb::worker {
+namespace {
+
+std::string Fallback(double value) { return absl::StrCat(value); }
+
+// The one list of serve's knobs, in the README's order.
+const std::vector<Knob>& KnobTable() {
+  static const auto* knobs = new std::vector<Knob>{
+      {"--host", "CFDB_WORKER_HOST", "127.0.0.1",
+       "address to listen on (0.0.0.0 for all IPv4 interfaces)"},
+      {"--port", "CFDB_WORKER_PORT", "50051",
+       "port to listen on, 0..65535 (0: pick a free port and log it)"},
+      {"--idle-timeout-seconds", "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
+       Fallback(kDefaultIdleTimeoutSeconds),
+       "retire the worker after this long idle, >= 0 (0: never)"},
+      {"--idle-poll-interval-seconds", "CFDB_WORKER_IDLE_POLL_INTERVAL_SECONDS",
+       Fallback(kDefaultIdlePollIntervalSeconds),
+       "time between idle polls, > 0"},
+      {"--idle-poll-deadline-seconds", "CFDB_WORKER_IDLE_POLL_DEADLINE_SECONDS",
+       Fallback(kDefaultIdlePollDeadlineSeconds),
+       "deadline of one idle poll, > 0 and <= the interval (default: 5, or "
+       "the interval if shorter)"},
+      {"--idle-poll-failure-limit", "CFDB_WORKER_IDLE_POLL_FAILURE_LIMIT",
+       absl::StrCat(kDefaultIdlePollFailureLimit),
+       "stop polling after this many failed polls in a row, >= 1"},
+      {"--max-lifetime-seconds", "CFDB_WORKER_MAX_LIFETIME_SECONDS",
+       Fallback(kDefaultMaxLifetimeSeconds),
+       "retire the worker this long after start, >= 0 (0: never)"},
+      {"--max-lifetime-grace-seconds", "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
+       Fallback(kDefaultMaxLifetimeGraceSeconds),
+       "drain grace of the idle and max-lifetime exits (< 0: no limit)"},
+      {"--signal-grace-seconds", "CFDB_WORKER_SIGNAL_GRACE_SECONDS",
+       Fallback(kDefaultSignalGraceSeconds),
+       "drain grace on SIGTERM/SIGINT (0: cancel at once; < 0: no limit)"},
+      {"--max-concurrent-tasks", "CFDB_WORKER_MAX_CONCURRENT_TASKS", "",
+       "most jobs in flight at once, >= 1 (default: number of CPUs)"},
+      {"--task-kill-grace-seconds", "CFDB_WORKER_TASK_KILL_GRACE_SECONDS",
+       "10", "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"},
+      {"--log-level", "CFDB_WORKER_LOG_LEVEL", "info",
+       "trace, debug, info, warn, error, critical or off"},
+  };
+  return *knobs;
+}
+
+// Setting is one knob's text and where it came from.
+struct Setting {
+  std::string text;
+  std::string source;  // the flag or variable, for messages
+  bool explicit_value = false;
+};
+
+class Resolver {
+ public:
+  Resolver(const std::map<std::string, std::string, std::less<>>& flags,
+           const EnvLookup& env)
+      : flags_(flags), env_(env) {}
+
+  Setting Get(std::string_view flag) const {
+    for (const Knob& knob : KnobTable()) {
+      if (knob.flag != flag) continue;
+      if (auto it = flags_.find(flag); it != flags_.end()) {
+        return {it->second, std::string(flag), true};
+      }
+      if (std::optional<std::string> value = env_(knob.variable)) {
+        return {*value, std::string(knob.variable), true};
+      }
+      return {knob.fallback,
+              absl::StrCat(std::string(flag), " (default)"), false};
+    }
+    return {};
+  }
+
+  // Seconds parses a finite number of seconds; negative only if allowed.
+  absl::StatusOr<Duration> Seconds(std::string_view flag,
+                                   bool allow_negative) const {
+    const Setting s = Get(flag);
+    double value = 0;
+    if (!absl::SimpleAtod(s.text, &value)) return Bad(s, "is not a number");
+    if (!std::isfinite(value)) return Bad(s, "is not a finite number");
+    if (value < 0 && !allow_negative) return Bad(s, "is negative");
+    return value < 0 ? Duration(-1) : ToDuration(cfdb::worker::Seconds(value));
+  }
+
+  absl::StatusOr<int64_t> Integer(std::string_view flag, int64_t min,
+                                  int64_t max) const {
+    const Setting s = Get(flag);
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(s.text, &value)) {
+      return Bad(s, "is not a whole number");
+    }
+    if (value < min || value > max) {
+      return Bad(s, absl::StrCat("is outside ", min, "..", max));
+    }
+    return value;
+  }
+
+  static absl::Status Bad(const Setting& s, std::string_view problem) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.source, ": '", s.text, "' ", std::string(problem)));
+  }
+
+ private:
+  const std::map<std::string, std::string, std::less<>>& flags_;
+  const EnvLookup& env_;
+};
+
+#define CFDB_ASSIGN(lhs, expr)              \
+  do {                                      \
+    auto value_or = (expr);                 \
+    if (!value_or.ok()) return value_or.status(); \
+    lhs = *value_or;                        \
+  } while (0)
+
+}  // namespace
+
+std::span<const Knob> ServeKnobs() { return KnobTable(); }
+
+EnvLookup ProcessEnv() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+absl::StatusOr<ServeConfig> ResolveServeConfig(
+    const std::map<std::string, std::string, std::less<>>& flags,
+    const EnvLookup& env) {
+  const Resolver r(flags, env);
+  ServeConfig c;
+  const Setting host = r.Get("--host");
+  if (host.text.empty()) return Resolver::Bad(host, "is empty");
+  c.host = host.text;
+  CFDB_ASSIGN(c.port, r.Integer("--port", 0, 65535));
+
+  ReaperOptions& reaper = c.reaper;
+  CFDB_ASSIGN(reaper.idle_timeout, r.Seconds("--idle-timeout-seconds", false));
+  CFDB_ASSIGN(reaper.idle_poll_interval,
+              r.Seconds("--idle-poll-interval-seconds", false));
+  if (reaper.idle_poll_interval <= Duration::zero()) {
+    return Resolver::Bad(r.Get("--idle-poll-interval-seconds"),
+                         "must be greater than 0");
+  }
+  CFDB_ASSIGN(reaper.idle_poll_deadline,
+              r.Seconds("--idle-poll-deadline-seconds", false));
+  const Setting deadline = r.Get("--idle-poll-deadline-seconds");
+  if (reaper.idle_poll_deadline <= Duration::zero()) {
+    return Resolver::Bad(deadline, "must be greater than 0");
+  }
+  if (reaper.idle_poll_deadline > reaper.idle_poll_interval) {
+    if (deadline.explicit_value) {
+      return Resolver::Bad(
+          deadline, absl::StrCat("is longer than the idle poll interval (",
+                                 ToSeconds(reaper.idle_poll_interval), " s)"));
+    }
+    reaper.idle_poll_deadline = reaper.idle_poll_interval;
+  }
+  CFDB_ASSIGN(reaper.idle_poll_failure_limit,
+              r.Integer("--idle-poll-failure-limit", 1, 1'000'000));
+  CFDB_ASSIGN(reaper.max_lifetime, r.Seconds("--max-lifetime-seconds", false));
+  CFDB_ASSIGN(reaper.max_lifetime_grace,
+              r.Seconds("--max-lifetime-grace-seconds", true));
+  CFDB_ASSIGN(reaper.signal_grace, r.Seconds("--signal-grace-seconds", true));
+
+  if (r.Get("--max-concurrent-tasks").text.empty()) {
+    c.worker.max_concurrent_tasks =
+        std::max(1u, std::thread::hardware_concurrency());
+  } else {
+    CFDB_ASSIGN(c.worker.max_concurrent_tasks,
+                r.Integer("--max-concurrent-tasks", 1, 100'000));
+  }
+  CFDB_ASSIGN(c.worker.task_kill_grace,
+              r.Seconds("--task-kill-grace-seconds", false));
+
+  const Setting level = r.Get("--log-level");
+  static constexpr std::string_view kLevels[] = {
+      "trace", "debug", "info", "warn", "error", "critical", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), level.text) ==
+      std::end(kLevels)) {
+    return Resolver::Bad(
+        level, "is not one of trace, debug, info, warn, error, critical, off");
+  }
+  c.log_level = level.text;
+  return c;
+}
+
+std::string JoinHostPort(std::string_view host, int port) {
+  if (host.find(':') != host.npos && host.front() != '[') {
+    return absl::StrCat("[", std::string(host), "]:", port);
+  }
+  return absl::StrCat(std::string(host), ":", port);
+}
+
+std::string LoopbackTarget(std::string_view host, int port) {
+  if (host == "::" || host == "::1" || host == "[::]" || host == "[::1]") {
+    return JoinHostPort("::1", port);
+  }
+  if (host == "0.0.0.0" || host == "localhost" || host.starts_with("127.")) {
+    return JoinHostPort("127.0.0.1", port);
+  }
+  return JoinHostPort(host, port);
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,174 @@
+#include "cfdb/worker/connection.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "wire.h"
+
+namespace cfdb::worker {
+namespace {
+
+namespace v1 = ::cfdb::worker::v1;
+
+// ChannelPool shares one channel per (target, credentials) across the
+// process while any connection holds it.
+class ChannelPool {
+ public:
+  static ChannelPool& Get() {
+    static ChannelPool* pool = new ChannelPool;  // never destroyed
+    return *pool;
+  }
+
+  std::shared_ptr<grpc::Channel> Acquire(const std::string& target,
+                                         const Credentials& credentials) {
+    const std::string key = absl::StrCat(target, "\n", credentials.Key());
+    absl::MutexLock lock(&mu_);
+    if (std::shared_ptr<grpc::Channel> channel = channels_[key].lock()) {
+      return channel;
+    }
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+    args.SetMaxSendMessageSize(wire::kMaxMessageBytes);
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+        target, wire::ChannelCredentials(credentials), args);
+    channels_[key] = channel;
+    return channel;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::weak_ptr<grpc::Channel>> channels_
+      ABSL_GUARDED_BY(mu_);
+};
+
+void SetTimeout(grpc::ClientContext& context, Duration timeout) {
+  // gRPC takes an absolute deadline; it turns it back into a relative one.
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::min(timeout, ToDuration(Seconds(1e9)))));
+}
+
+absl::Status CheckTimeout(Duration timeout, std::string_view what) {
+  if (timeout <= Duration::zero()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(what), ": timeout must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class WorkerConnection::Impl {
+ public:
+  explicit Impl(std::shared_ptr<grpc::Channel> channel)
+      : channel_(std::move(channel)), stub_(v1::Worker::NewStub(channel_)) {}
+
+  // stub returns the stub, or FAILED_PRECONDITION after Close.
+  absl::StatusOr<v1::Worker::Stub*> stub() {
+    absl::MutexLock lock(&mu_);
+    if (stub_ == nullptr) {
+      return absl::FailedPreconditionError("connection is closed");
+    }
+    return stub_.get();
+  }
+
+  absl::Status Close() {
+    absl::MutexLock lock(&mu_);
+    if (stub_ == nullptr) {
+      return absl::FailedPreconditionError("connection is already closed");
+    }
+    stub_.reset();
+    channel_.reset();
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);
+  // Calls in progress hold a raw pointer: Close must not race them (the
+  // class comment says Close is for when the caller is done).
+  std::unique_ptr<v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
+    std::string target, Credentials credentials) {
+  if (target.empty()) {
+    return absl::InvalidArgumentError("worker address is empty");
+  }
+  auto impl = std::make_unique<Impl>(
+      ChannelPool::Get().Acquire(target, credentials));
+  return std::unique_ptr<WorkerConnection>(
+      new WorkerConnection(std::move(target), std::move(impl)));
+}
+
+WorkerConnection::WorkerConnection(std::string target,
+                                   std::unique_ptr<Impl> impl)
+    : target_(std::move(target)), impl_(std::move(impl)) {}
+
+WorkerConnection::~WorkerConnection() = default;
+
+absl::StatusOr<double> WorkerConnection::IdleTime(Duration timeout) {
+  if (absl::Status s = CheckTimeout(timeout, "idle"); !s.ok()) return s;
+  absl::StatusOr<v1::Worker::Stub*> stub = impl_->stub();
+  if (!stub.ok()) return stub.status();
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  v1::IdleTime reply;
+  grpc::Status status = (*stub)->Idle(&context, v1::IdleRequest(), &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  return reply.seconds();
+}
+
+absl::StatusOr<StopSummary> WorkerConnection::Stop(Duration grace,
+                                                   Duration timeout) {
+  if (absl::Status s = CheckTimeout(timeout, "stop"); !s.ok()) return s;
+  absl::StatusOr<v1::Worker::Stub*> stub = impl_->stub();
+  if (!stub.ok()) return stub.status();
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  v1::StopRequest request;
+  request.set_grace_seconds(grace < Duration::zero() ? -1 : ToSeconds(grace));
+  v1::StopReply reply;
+  grpc::Status status = (*stub)->Stop(&context, request, &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  return StopSummary{reply.drained(), reply.cancelled()};
+}
+
+absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
+    const JobRequest& request, const DispatchCallbacks& callbacks,
+    std::optional<Duration> timeout) {
+  if (timeout) {
+    if (absl::Status s = CheckTimeout(*timeout, "dispatch"); !s.ok()) return s;
+  }
+  absl::StatusOr<v1::Worker::Stub*> stub = impl_->stub();
+  if (!stub.ok()) return stub.status();
+  grpc::ClientContext context;
+  if (timeout) SetTimeout(context, *timeout);
+  std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
+      (*stub)->Dispatch(&context, wire::ToProto(request));
+  std::optional<JobOutcome> outcome;
+  v1::DispatchEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_accepted()) {
+      if (callbacks.on_accepted) callbacks.on_accepted();
+    } else if (event.has_output()) {
+      if (callbacks.on_output) {
+        callbacks.on_output(event.output().stream() == v1::Output::STDERR
+                                ? OutputStream::kStderr
+                                : OutputStream::kStdout,
+                            event.output().data());
+      }
+    } else if (!outcome) {
+      outcome = wire::OutcomeFromEvent(event);
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (outcome) return *outcome;
+  if (!status.ok()) return wire::FromGrpc(status);
+  return absl::DataLossError("the worker closed the stream without an outcome");
+}
+
+absl::Status WorkerConnection::Close() { return impl_->Close(); }
+
+}  // namespace cfdb::worker

@@ -1,0 +1,149 @@
+// cfdb-worker: the worker daemon (`serve`) and its client commands.
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/config.h"
+#include "commands.h"
+
+namespace {
+
+using namespace cfdb::worker;  // NOLINT: a main file
+
+constexpr char kDefaultAddress[] = "127.0.0.1:50051";
+
+// Seconds converts a client command's --timeout; 0 or less means "unset"
+// and `fallback` applies.
+Duration TimeoutOr(double seconds, Duration fallback) {
+  return seconds > 0 ? ToDuration(Seconds(seconds)) : fallback;
+}
+
+void AddAddress(CLI::App* command, std::string* address) {
+  command
+      ->add_option("--address", *address,
+                   "worker address HOST:PORT (default 127.0.0.1:50051)")
+      ->envname("CFDB_WORKER_ADDRESS");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "cfdb-worker: a gRPC worker that runs jobs, reports idle time, drains "
+      "on stop and retires itself when idle"};
+  app.require_subcommand(1);
+
+  // serve: every knob is kept as text and resolved (flag > variable >
+  // default) and validated in one place, config.cc.
+  CLI::App* serve = app.add_subcommand("serve", "serve a worker");
+  std::vector<std::string> knob_values(ServeKnobs().size());
+  std::vector<CLI::Option*> knob_options;
+  for (size_t i = 0; i < ServeKnobs().size(); ++i) {
+    const Knob& knob = ServeKnobs()[i];
+    knob_options.push_back(serve->add_option(
+        std::string(knob.flag), knob_values[i],
+        std::string(knob.help) + " [" + std::string(knob.variable) + "]"));
+  }
+
+  std::string address = kDefaultAddress;
+  double timeout_seconds = 0;
+
+  CLI::App* idle = app.add_subcommand("idle", "print a worker's idle seconds");
+  AddAddress(idle, &address);
+  idle->add_option("--timeout", timeout_seconds, "deadline in seconds (default 5)");
+
+  CLI::App* stop = app.add_subcommand("stop", "stop a worker with a drain grace");
+  AddAddress(stop, &address);
+  double grace_seconds = 0;
+  stop->add_option("--grace", grace_seconds,
+                   "drain grace in seconds: 0 cancels now (default), > 0 "
+                   "drains up to that long, < 0 drains without limit");
+  stop->add_option("--timeout", timeout_seconds,
+                   "deadline in seconds (default: grace + 60, or 1 day when "
+                   "grace < 0)");
+
+  CLI::App* dispatch =
+      app.add_subcommand("dispatch", "run a program on a worker: dispatch -- PROGRAM [ARGS...]");
+  AddAddress(dispatch, &address);
+  dispatch->add_option("--timeout", timeout_seconds,
+                       "deadline of the whole call in seconds (default none)");
+  cli::DispatchOptions job;
+  std::vector<std::string> env_entries;
+  bool no_stdin = false;
+  dispatch->add_option("--job-id", job.job_id, "job id (default: generated)");
+  dispatch->add_option("--env", env_entries,
+                       "NAME=VALUE for the job's environment (repeatable; the "
+                       "job inherits nothing else)");
+  dispatch->add_option("--cwd", job.cwd, "the job's working directory");
+  dispatch->add_option("--time-limit", job.time_limit_seconds,
+                       "the job's time limit in seconds (default none)");
+  dispatch->add_flag("--no-stdin", no_stdin,
+                     "do not forward standard input to the job");
+  dispatch->add_option("program", job.argv, "PROGRAM [ARGS...] after --")
+      ->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return cli::kExitUsage;
+  }
+
+  if (serve->parsed()) {
+    std::map<std::string, std::string, std::less<>> flags;
+    for (size_t i = 0; i < knob_options.size(); ++i) {
+      if (knob_options[i]->count() > 0) {
+        flags[std::string(ServeKnobs()[i].flag)] = knob_values[i];
+      }
+    }
+    absl::StatusOr<ServeConfig> config = ResolveServeConfig(flags, ProcessEnv());
+    if (!config.ok()) {
+      std::cerr << "cfdb-worker serve: " << config.status().message() << "\n";
+      return cli::kExitUsage;
+    }
+    cli::SetUpLogging(config->log_level);
+    return cli::RunServe(*config);
+  }
+
+  cli::SetUpLogging("warn");
+  cli::ClientOptions client{address, {}};
+  if (idle->parsed()) {
+    client.timeout = TimeoutOr(timeout_seconds, std::chrono::seconds(5));
+    return cli::RunIdle(client);
+  }
+  if (stop->parsed()) {
+    if (std::isnan(grace_seconds)) {
+      std::cerr << "cfdb-worker stop: --grace: NaN is not a grace\n";
+      return cli::kExitUsage;
+    }
+    client.timeout = TimeoutOr(
+        timeout_seconds, grace_seconds < 0
+                             ? Duration(std::chrono::hours(24))
+                             : ToDuration(Seconds(grace_seconds + 60)));
+    return cli::RunStop(client, grace_seconds);
+  }
+  for (const std::string& entry : env_entries) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "cfdb-worker dispatch: --env: '" << entry
+                << "' is not NAME=VALUE\n";
+      return cli::kExitUsage;
+    }
+    job.env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  if (!std::isfinite(job.time_limit_seconds) || job.time_limit_seconds < 0) {
+    std::cerr << "cfdb-worker dispatch: --time-limit: must be a number >= 0\n";
+    return cli::kExitUsage;
+  }
+  job.read_stdin = !no_stdin;
+  client.timeout = TimeoutOr(timeout_seconds, Duration::zero());
+  return cli::RunDispatch(client, job);
+}

@@ -1,0 +1,162 @@
+#include "cfdb/worker/reaper.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cfdb/worker/errors.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker {
+
+std::string_view ExitReasonName(ExitReason reason) {
+  switch (reason) {
+    case ExitReason::kIdle: return "idle";
+    case ExitReason::kMaxLifetime: return "max lifetime";
+    case ExitReason::kSignal: return "signal";
+    case ExitReason::kStopRpc: return "stop rpc";
+    case ExitReason::kRequested: return "requested";
+  }
+  return "unknown";
+}
+
+Reaper::Reaper(ReaperOptions options, const Clock& clock, Watcher watcher,
+               ConnectionFactory connect, Stopper stop)
+    : options_(options),
+      clock_(clock),
+      watcher_(std::move(watcher)),
+      connect_(std::move(connect)),
+      stop_(std::move(stop)) {}
+
+std::string Reaper::RemainingBound(TimePoint now) const {
+  if (options_.max_lifetime <= Duration::zero()) {
+    return "no backstop: max lifetime is disabled";
+  }
+  const Duration left =
+      std::max(start_ + options_.max_lifetime - now, Duration::zero());
+  return absl::StrFormat("max lifetime backstop in %.0f s", ToSeconds(left));
+}
+
+Reaper::Poll Reaper::PollOnce(TimePoint now, TimePoint* next_poll) {
+  *next_poll = now + options_.idle_poll_interval;
+  absl::StatusOr<double> idle = source_->IdleTime(options_.idle_poll_deadline);
+  if (idle.ok()) {
+    consecutive_failures_ = 0;
+    last_idle_seconds_ = *idle;
+    const double timeout = ToSeconds(options_.idle_timeout);
+    spdlog::debug("idle poll: idle {:.3f} s of {:.3f} s", *idle, timeout);
+    if (*idle >= timeout) return Poll::kIdleExit;
+    // Poll again when the threshold would be reached, if before the cadence:
+    // an idle worker then exits right at its threshold, not up to one
+    // interval late. A reading after new work simply shows less idle.
+    *next_poll = std::min(*next_poll,
+                          now + ToDuration(Seconds(timeout - *idle)));
+    return Poll::kContinue;
+  }
+  const absl::Status& status = idle.status();
+  const ErrorKind kind = ClassifyError(Rpc::kIdle, status);
+  const std::string what =
+      absl::StrCat(std::string(ErrorKindName(kind)), " (",
+                   absl::StatusCodeToString(status.code()), ": ",
+                   status.message(), ")");
+  if (kind == ErrorKind::kIdleUnavailable) {
+    spdlog::warn(
+        "idle poll: {}: the worker predates the Idle RPC; idle polling is "
+        "disabled for the rest of the process; {}",
+        what, RemainingBound(now));
+    polling_ = false;
+    return Poll::kContinue;
+  }
+  ++consecutive_failures_;
+  if (consecutive_failures_ >= options_.idle_poll_failure_limit) {
+    spdlog::error(
+        "idle poll failed {} times in a row, last with {}; idle polling "
+        "stopped; {}",
+        consecutive_failures_, what, RemainingBound(now));
+    polling_ = false;
+    return Poll::kContinue;
+  }
+  spdlog::warn("idle poll failed ({} of {} in a row): {}; retrying in {:.0f} s; {}",
+               consecutive_failures_, options_.idle_poll_failure_limit, what,
+               ToSeconds(options_.idle_poll_interval), RemainingBound(now));
+  return Poll::kContinue;
+}
+
+ReaperExit Reaper::Run() {
+  start_ = clock_.Now();
+  if (options_.idle_timeout > Duration::zero()) {
+    absl::StatusOr<std::unique_ptr<IdleSource>> source = connect_();
+    if (source.ok()) {
+      source_ = *std::move(source);
+      polling_ = true;
+    } else {
+      spdlog::error("idle poll: cannot connect to the worker: {}; idle polling "
+                    "disabled; {}",
+                    source.status().ToString(), RemainingBound(start_));
+    }
+  }
+
+  ReaperExit exit;
+  TimePoint next_poll = start_ + options_.idle_poll_interval;
+  while (true) {
+    const TimePoint now = clock_.Now();
+    if (options_.max_lifetime > Duration::zero() &&
+        now - start_ >= options_.max_lifetime) {
+      exit.reason = ExitReason::kMaxLifetime;
+      exit.grace = options_.max_lifetime_grace;
+      break;
+    }
+    if (const StopCause cause = watcher_.cause(); cause != StopCause::kNone) {
+      exit.reason = cause == StopCause::kSignal    ? ExitReason::kSignal
+                    : cause == StopCause::kStopRpc ? ExitReason::kStopRpc
+                                                   : ExitReason::kRequested;
+      exit.grace = options_.signal_grace;
+      break;
+    }
+    if (polling_ && now >= next_poll &&
+        PollOnce(now, &next_poll) == Poll::kIdleExit) {
+      exit.reason = ExitReason::kIdle;
+      exit.grace = options_.max_lifetime_grace;
+      break;
+    }
+    TimePoint wake = polling_ ? next_poll : TimePoint::max();
+    if (options_.max_lifetime > Duration::zero()) {
+      wake = std::min(wake, start_ + options_.max_lifetime);
+    }
+    clock_.WaitUntil(wake, watcher_);
+  }
+  exit.idle_seconds = last_idle_seconds_;
+
+  if (source_ != nullptr) {
+    if (absl::Status s = source_->Close(); !s.ok()) {
+      spdlog::warn("closing the idle poll connection failed: {}", s.ToString());
+    }
+  }
+  const std::string grace =
+      exit.grace < Duration::zero()
+          ? std::string("without limit")
+          : absl::StrFormat("with grace %.3f s", ToSeconds(exit.grace));
+  switch (exit.reason) {
+    case ExitReason::kIdle:
+      spdlog::info("exiting: idle for {:.3f} s >= idle timeout {:.3f} s; "
+                   "draining {}",
+                   exit.idle_seconds, ToSeconds(options_.idle_timeout), grace);
+      break;
+    case ExitReason::kMaxLifetime:
+      spdlog::info("exiting: max lifetime {:.3f} s reached; draining {}",
+                   ToSeconds(options_.max_lifetime), grace);
+      break;
+    case ExitReason::kStopRpc:
+      spdlog::info("exiting: stop rpc; draining with the caller's grace");
+      break;
+    case ExitReason::kSignal:
+    case ExitReason::kRequested:
+      spdlog::info("exiting: {}; draining {}", std::string(ExitReasonName(exit.reason)),
+                   grace);
+      break;
+  }
+  if (exit.reason != ExitReason::kStopRpc) stop_(exit.grace);
+  return exit;
+}
+
+}  // namespace cfdb::worker

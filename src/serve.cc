@@ -1,0 +1,82 @@
+// `cfdb-worker serve`: the worker, its server and its reaper in one process.
+#include <unistd.h>
+
+#include <csignal>
+
+#include "cfdb/worker/config.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/exec.h"
+#include "cfdb/worker/reaper.h"
+#include "cfdb/worker/server.h"
+#include "cfdb/worker/shutdown.h"
+#include "cfdb/worker/worker.h"
+#include "commands.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker::cli {
+
+// After the drain, calls still open (e.g. a Stop reply on its way out) get
+// this long to finish before the server cancels them.
+constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
+
+int RunServe(const ServeConfig& config) {
+  // A write to a job's closed stdin must not kill the worker.
+  std::signal(SIGPIPE, SIG_IGN);
+  // The worker starts no threads until it runs a job. `shutdown` is declared
+  // after it so its signal thread is joined before the worker goes away.
+  Worker worker(config.worker);
+  Shutdown shutdown;
+  // Before any thread starts, so every thread inherits the blocked signals.
+  absl::Status listening = shutdown.ListenForSignals([&](int count) {
+    spdlog::warn("signal {} during the drain: cancelling what is left", count);
+    worker.Stop(Duration::zero());
+  });
+  if (!listening.ok()) {
+    spdlog::error("cannot listen for signals: {}", listening.ToString());
+    return kExitRuntimeFailure;
+  }
+
+  (void)worker.RegisterKind(kExecKind, RunExec);
+  const Credentials credentials = Credentials::Insecure();
+  absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
+      worker, ServerOptions{
+                  .address = JoinHostPort(config.host, config.port),
+                  .credentials = credentials,
+                  .on_stop_rpc = [&] { shutdown.Stop(StopCause::kStopRpc); },
+              });
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return kExitRuntimeFailure;
+  }
+  const int port = (*server)->port();
+  spdlog::info(
+      "listening on {} (pid {}); max_concurrent_tasks {}; idle timeout {} s, "
+      "max lifetime {} s",
+      JoinHostPort(config.host, port), getpid(),
+      config.worker.max_concurrent_tasks,
+      ToSeconds(config.reaper.idle_timeout),
+      ToSeconds(config.reaper.max_lifetime));
+
+  Reaper reaper(
+      config.reaper, SteadyClock::Get(), shutdown.watcher(),
+      [&]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+        auto connection =
+            WorkerConnection::Open(LoopbackTarget(config.host, port), credentials);
+        if (!connection.ok()) return connection.status();
+        return std::unique_ptr<IdleSource>(*std::move(connection));
+      },
+      [&](Duration grace) {
+        const StopSummary s = worker.Stop(grace);
+        spdlog::info("drained: {} jobs finished, {} cancelled", s.drained,
+                     s.cancelled);
+      });
+  reaper.Run();
+  // A Stop RPC drains on its own thread: wait for it without changing its
+  // grace.
+  worker.Stop(Duration(-1));
+  (*server)->Shutdown(kServerShutdownDeadline);
+  spdlog::info("stopped");
+  return kExitOk;
+}
+
+}  // namespace cfdb::worker::cli

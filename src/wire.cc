@@ -1,0 +1,124 @@
+#include "wire.h"
+
+#include <cmath>
+
+namespace cfdb::worker::wire {
+
+absl::StatusOr<JobRequest> FromProto(const v1::DispatchRequest& request) {
+  JobRequest out;
+  out.job_id = request.job_id();
+  out.kind = request.kind();
+  out.payload = request.payload();
+  const v1::ExecSpec& exec = request.exec();
+  out.exec.argv.assign(exec.argv().begin(), exec.argv().end());
+  out.exec.env.insert(exec.env().begin(), exec.env().end());
+  out.exec.cwd = exec.cwd();
+  out.exec.stdin_data = exec.stdin();
+  const double limit = exec.time_limit_seconds();
+  if (!std::isfinite(limit) || limit < 0) {
+    return absl::InvalidArgumentError(
+        "exec.time_limit_seconds: must be a finite number >= 0");
+  }
+  out.exec.time_limit = ToDuration(Seconds(limit));
+  return out;
+}
+
+v1::DispatchRequest ToProto(const JobRequest& request) {
+  v1::DispatchRequest out;
+  out.set_job_id(request.job_id);
+  out.set_kind(request.kind);
+  out.set_payload(request.payload);
+  v1::ExecSpec* exec = out.mutable_exec();
+  for (const std::string& arg : request.exec.argv) exec->add_argv(arg);
+  exec->mutable_env()->insert(request.exec.env.begin(), request.exec.env.end());
+  exec->set_cwd(request.exec.cwd);
+  exec->set_stdin(request.exec.stdin_data);
+  exec->set_time_limit_seconds(ToSeconds(request.exec.time_limit));
+  return out;
+}
+
+v1::DispatchEvent OutputEvent(OutputStream stream, std::string_view data) {
+  v1::DispatchEvent event;
+  v1::Output* output = event.mutable_output();
+  output->set_stream(stream == OutputStream::kStdout ? v1::Output::STDOUT
+                                                     : v1::Output::STDERR);
+  output->set_data(data.data(), data.size());
+  return event;
+}
+
+namespace {
+
+v1::Failure::Reason ToProto(JobOutcome::Failure failure) {
+  using F = JobOutcome::Failure;
+  switch (failure) {
+    case F::kStartFailed: return v1::Failure::START_FAILED;
+    case F::kCancelled: return v1::Failure::CANCELLED;
+    case F::kTimeLimitExceeded: return v1::Failure::TIME_LIMIT_EXCEEDED;
+    case F::kHandlerError: return v1::Failure::HANDLER_ERROR;
+    case F::kNone: break;
+  }
+  return v1::Failure::REASON_UNSPECIFIED;
+}
+
+JobOutcome::Failure FromProto(v1::Failure::Reason reason) {
+  using F = JobOutcome::Failure;
+  switch (reason) {
+    case v1::Failure::START_FAILED: return F::kStartFailed;
+    case v1::Failure::CANCELLED: return F::kCancelled;
+    case v1::Failure::TIME_LIMIT_EXCEEDED: return F::kTimeLimitExceeded;
+    default: return F::kHandlerError;
+  }
+}
+
+}  // namespace
+
+v1::DispatchEvent OutcomeEvent(const JobOutcome& outcome) {
+  v1::DispatchEvent event;
+  switch (outcome.kind) {
+    case JobOutcome::Kind::kExited:
+      event.mutable_exit()->set_code(outcome.code);
+      break;
+    case JobOutcome::Kind::kSignaled:
+      event.mutable_exit()->set_signal(outcome.signal);
+      break;
+    case JobOutcome::Kind::kFailed:
+      event.mutable_failure()->set_reason(ToProto(outcome.failure));
+      event.mutable_failure()->set_message(outcome.message);
+      break;
+  }
+  return event;
+}
+
+std::optional<JobOutcome> OutcomeFromEvent(const v1::DispatchEvent& event) {
+  if (event.has_exit()) {
+    return event.exit().has_signal() ? JobOutcome::Signaled(event.exit().signal())
+                                     : JobOutcome::Exited(event.exit().code());
+  }
+  if (event.has_failure()) {
+    return JobOutcome::Failed(FromProto(event.failure().reason()),
+                              event.failure().message());
+  }
+  return std::nullopt;
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
+    const Credentials&) {
+  return grpc::InsecureServerCredentials();
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
+    const Credentials&) {
+  return grpc::InsecureChannelCredentials();
+}
+
+}  // namespace cfdb::worker::wire

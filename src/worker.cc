@@ -1,0 +1,209 @@
+#include "cfdb/worker/worker.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/exec.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker {
+namespace {
+
+constexpr std::size_t kMaxJobIdBytes = 256;
+// Roughly Linux's limit on argv + environment of one exec.
+constexpr std::size_t kMaxExecArgBytes = 1 << 20;
+
+bool Printable(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+bool HasNul(std::string_view s) { return s.find('\0') != s.npos; }
+
+absl::Status ValidateExec(const ExecSpec& exec) {
+  if (exec.argv.empty() || exec.argv[0].empty()) {
+    return absl::InvalidArgumentError("exec.argv: must name a program");
+  }
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < exec.argv.size(); ++i) {
+    if (HasNul(exec.argv[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("exec.argv[", i, "]: contains a NUL byte"));
+    }
+    bytes += exec.argv[i].size() + 1;
+  }
+  for (const auto& [name, value] : exec.env) {
+    if (name.empty() || name.find('=') != name.npos || HasNul(name) ||
+        HasNul(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "exec.env: bad variable name or value for '", name,
+          "' (names are non-empty without '='; no NUL bytes)"));
+    }
+    bytes += name.size() + value.size() + 2;
+  }
+  if (bytes > kMaxExecArgBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exec.argv and exec.env: ", bytes,
+                     " bytes in all, more than the limit of ",
+                     kMaxExecArgBytes));
+  }
+  if (HasNul(exec.cwd)) {
+    return absl::InvalidArgumentError("exec.cwd: contains a NUL byte");
+  }
+  if (exec.time_limit < Duration::zero()) {
+    return absl::InvalidArgumentError("exec.time_limit_seconds: negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Job::Job(JobRequest request, Duration kill_grace)
+    : request_(std::move(request)),
+      kill_grace_(kill_grace),
+      cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+Job::~Job() {
+  if (cancel_fd_ >= 0) close(cancel_fd_);
+}
+
+bool Job::cancelled() const { return cancelled_.load(); }
+
+void Job::Cancel() {
+  if (cancelled_.exchange(true)) return;
+  const uint64_t one = 1;
+  if (cancel_fd_ >= 0) (void)!write(cancel_fd_, &one, sizeof one);
+  OnCancelled();
+}
+
+Worker::Worker(WorkerOptions options, const Clock& clock)
+    : options_(options), docket_(clock, options.max_concurrent_tasks) {}
+
+Worker::~Worker() {
+  docket_.Close();
+  docket_.CancelAll();
+  docket_.WaitEmptyUntil(TimePoint::max());
+  std::list<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    threads.splice(threads.end(), threads_);
+    threads.splice(threads.end(), finished_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+absl::Status Worker::RegisterKind(std::string kind, JobHandler handler) {
+  if (kind.empty() || !handler) {
+    return absl::InvalidArgumentError("a job kind needs a name and a handler");
+  }
+  if (!kinds_.emplace(kind, std::move(handler)).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("job kind '", kind, "' is already registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Validate(const JobRequest& request) const {
+  if (request.job_id.empty() || request.job_id.size() > kMaxJobIdBytes ||
+      !Printable(request.job_id)) {
+    return absl::InvalidArgumentError(
+        "job_id: must be 1 to 256 printable ASCII bytes");
+  }
+  if (!kinds_.contains(request.kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind: unknown job kind '", request.kind, "'"));
+  }
+  if (request.kind == kExecKind) return ValidateExec(request.exec);
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
+  JoinFinished();
+  if (absl::Status s = Validate(job->request()); !s.ok()) return s;
+  const JobHandler* handler = &kinds_.find(job->request().kind)->second;
+  if (absl::Status s = docket_.Admit(job.get()); !s.ok()) return s;
+  job->OnAccepted();
+
+  absl::MutexLock lock(&mu_);
+  auto it = threads_.emplace(threads_.end());
+  try {
+    *it = std::thread([this, job, handler, it] {
+      Run(job, handler);
+      absl::MutexLock done(&mu_);
+      finished_.splice(finished_.end(), threads_, it);
+    });
+  } catch (const std::system_error& e) {
+    threads_.erase(it);
+    // Accepted already: report the failure rather than dropping the job.
+    job->OnOutcome(JobOutcome::Failed(JobOutcome::Failure::kStartFailed,
+                                      absl::StrCat("no thread: ", e.what())));
+    docket_.Release(job.get());
+  }
+  return absl::OkStatus();
+}
+
+void Worker::Run(std::shared_ptr<Job> job, const JobHandler* handler) {
+  const JobRequest& request = job->request();
+  spdlog::debug("job {}: started ({})", request.job_id, request.kind);
+  JobOutcome outcome;
+  try {
+    outcome = (*handler)(*job);
+  } catch (const std::exception& e) {
+    outcome = JobOutcome::Failed(JobOutcome::Failure::kHandlerError, e.what());
+  }
+  spdlog::info("job {}: {}", request.job_id, outcome.ToString());
+  job->OnOutcome(outcome);
+  docket_.Release(job.get());
+}
+
+void Worker::JoinFinished() {
+  std::list<std::thread> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    finished.swap(finished_);
+  }
+  for (std::thread& t : finished) t.join();
+}
+
+void Worker::OnStopping(std::function<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  on_stopping_ = std::move(callback);
+}
+
+StopSummary Worker::Stop(Duration grace) {
+  // Each call waits for its own deadline; whichever passes first cancels
+  // what is left, so the earliest deadline wins for every caller.
+  const TimePoint deadline =
+      grace < Duration::zero() ? TimePoint::max()
+                               : std::chrono::steady_clock::now() + grace;
+  std::function<void()> on_stopping;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stop_started_) {
+      stop_started_ = true;
+      docket_.Close();
+      in_flight_at_stop_ = docket_.in_flight();
+      on_stopping.swap(on_stopping_);
+    }
+  }
+  if (on_stopping) on_stopping();
+
+  if (!docket_.WaitEmptyUntil(deadline)) {
+    absl::MutexLock lock(&mu_);
+    if (!cancelled_all_) {
+      cancelled_all_ = true;
+      cancelled_ = docket_.CancelAll();
+    }
+  }
+  docket_.WaitEmptyUntil(TimePoint::max());
+  absl::MutexLock lock(&mu_);
+  return StopSummary{in_flight_at_stop_ - std::min(cancelled_, in_flight_at_stop_),
+                     cancelled_};
+}
+
+}  // namespace cfdb::worker

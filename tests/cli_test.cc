@@ -1,0 +1,159 @@
+// The cfdb-worker binary, run as a user would run it.
+#include <csignal>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/exec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test_job.h"
+
+namespace cfdb::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::CollectingJob;
+
+std::string Binary() {
+  const char* path = std::getenv("CFDB_WORKER_BINARY");
+  return path != nullptr ? path : "cfdb-worker";
+}
+
+JobRequest Command(std::vector<std::string> args,
+                   std::map<std::string, std::string> env = {}) {
+  JobRequest request = testing::ExecRequest({Binary()});
+  request.exec.argv.insert(request.exec.argv.end(), args.begin(), args.end());
+  request.exec.env.insert(env.begin(), env.end());
+  request.exec.time_limit = std::chrono::seconds(60);
+  return request;
+}
+
+// Daemon runs `cfdb-worker serve ARGS` on a thread of its own.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> args) : job_(Command(Serve(args))) {
+    thread_ = std::thread([this] { outcome_ = RunExec(job_); });
+    EXPECT_TRUE(job_.WaitForOutput("listening on"));
+    std::smatch m;
+    const std::string log = job_.err();
+    if (std::regex_search(log, m, std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
+      port_ = std::stoi(m[1]);
+      pid_ = std::stoi(m[2]);
+    }
+  }
+  ~Daemon() {
+    if (thread_.joinable()) {
+      job_.Cancel();
+      thread_.join();
+    }
+  }
+
+  JobOutcome Wait() {
+    thread_.join();
+    return *outcome_;
+  }
+  std::string log() { return job_.err(); }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  static std::vector<std::string> Serve(std::vector<std::string> args) {
+    args.insert(args.begin(), {"serve", "--port", "0"});
+    return args;
+  }
+  CollectingJob job_;
+  std::thread thread_;
+  std::optional<JobOutcome> outcome_;
+  int port_ = 0;
+  pid_t pid_ = 0;
+};
+
+TEST(CliTest, RetiresItselfWhenIdleAndSaysWhy) {
+  Daemon daemon({"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds",
+                 "0.2"});
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle for"));
+}
+
+TEST(CliTest, SigtermStopsTheDaemonWithExitZero) {
+  Daemon daemon({});
+  ASSERT_GT(daemon.pid(), 0);
+  kill(daemon.pid(), SIGTERM);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("exiting: signal"));
+}
+
+TEST(CliTest, DispatchIdleAndStopFromTheCommandLine) {
+  Daemon daemon({});
+  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  JobRequest dispatch = Command({"dispatch", "--address", address, "--",
+                                 "sh", "-c", "cat; echo err >&2; exit 7"});
+  dispatch.exec.stdin_data = "hello";
+  CollectingJob client(dispatch);
+  EXPECT_EQ(RunExec(client), JobOutcome::Exited(7));
+  EXPECT_EQ(client.out(), "hello");
+  EXPECT_EQ(client.err(), "err\n");
+
+  CollectingJob idle(Command({"idle", "--address", address}));
+  EXPECT_EQ(RunExec(idle), JobOutcome::Exited(0));
+  EXPECT_THAT(idle.out(), ::testing::MatchesRegex("[0-9]+\\.[0-9]{3}\n"));
+
+  CollectingJob stop(Command({"stop", "--address", address, "--grace", "5"}));
+  EXPECT_EQ(RunExec(stop), JobOutcome::Exited(0));
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("exiting: stop rpc"));
+
+  CollectingJob late(Command({"idle", "--address", address}));
+  EXPECT_EQ(RunExec(late), JobOutcome::Exited(75)) << "transient: it is gone";
+  EXPECT_THAT(late.err(), HasSubstr("transient error (UNAVAILABLE)"));
+}
+
+TEST(CliTest, DispatchExitsWith128PlusTheSignal) {
+  Daemon daemon({});
+  CollectingJob client(Command({"dispatch", "--address",
+                                absl::StrCat("127.0.0.1:", daemon.port()),
+                                "--no-stdin", "--", "sh", "-c", "kill -TERM $$"}));
+  EXPECT_EQ(RunExec(client), JobOutcome::Exited(128 + SIGTERM));
+}
+
+struct BadStart {
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+  std::string named;
+};
+
+void PrintTo(const BadStart& bad, std::ostream* os) {
+  for (const auto& [name, value] : bad.env) *os << name << "=" << value << " ";
+  for (const std::string& arg : bad.args) *os << arg << " ";
+}
+
+class BadStartTest : public ::testing::TestWithParam<BadStart> {};
+
+TEST_P(BadStartTest, ExitsTwoNamingTheKnob) {
+  CollectingJob job(Command(GetParam().args, GetParam().env));
+  EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
+  EXPECT_THAT(job.err(), HasSubstr(GetParam().named));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, BadStartTest,
+    ::testing::Values(
+        BadStart{{"serve", "--idle-timeout-seconds", "soon"}, {}, "--idle-timeout-seconds"},
+        BadStart{{"serve"}, {{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "-5"}}, "CFDB_WORKER_IDLE_TIMEOUT_SECONDS"},
+        BadStart{{"serve", "--idle-poll-interval-seconds", "0"}, {}, "--idle-poll-interval-seconds"},
+        BadStart{{"serve"}, {{"CFDB_WORKER_PORT", "65536"}}, "CFDB_WORKER_PORT"},
+        BadStart{{"serve", "--no-such-flag"}, {}, "--no-such-flag"},
+        BadStart{{"dispatch", "--env", "NOEQUALS", "--", "true"}, {}, "--env"}));
+
+TEST(CliTest, PortInUseIsARuntimeFailure) {
+  Daemon first({});
+  CollectingJob second(Command(
+      {"serve", "--port", std::to_string(first.port()), "--idle-timeout-seconds", "0"}));
+  EXPECT_EQ(RunExec(second), JobOutcome::Exited(1));
+  EXPECT_THAT(second.err(), HasSubstr("cannot listen on"));
+}
+
+}  // namespace
+}  // namespace cfdb::worker
