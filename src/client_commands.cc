@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cfdb/worker/backoff.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "commands.h"
@@ -24,6 +25,32 @@ int Fail(Rpc rpc, std::string_view address, const absl::Status& status) {
             << " (" << absl::StatusCodeToString(status.code())
             << "): " << status.message() << "\n";
   return ExitCodeFor(kind);
+}
+
+// Backoff of the client commands' retries: short, as a person is waiting.
+constexpr Duration kRetryInitialDelay = std::chrono::milliseconds(500);
+constexpr Duration kRetryMaxDelay = std::chrono::seconds(10);
+
+// WithRetries calls `call` until it succeeds, fails with other than a
+// transient error, `retryable` says no, or `attempts` calls were made.
+template <typename Call>
+auto WithRetries(const ClientOptions& options, Rpc rpc, Call call,
+                 const std::function<bool()>& retryable = [] { return true; })
+    -> decltype(call()) {
+  Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
+  Shutdown never;  // Ctrl-C ends a client through the default disposition.
+  for (int attempt = 1;; ++attempt) {
+    auto result = call();
+    if (result.ok() || attempt >= options.attempts || !retryable() ||
+        ClassifyError(rpc, result.status()) != ErrorKind::kTransient) {
+      return result;
+    }
+    const Duration delay = backoff.Failed();
+    spdlog::warn("attempt {} of {} failed: {}; retrying in {:.1f} s", attempt,
+                 options.attempts, result.status().ToString(),
+                 ToSeconds(delay));
+    backoff.Wait(never.watcher());
+  }
 }
 
 absl::StatusOr<std::unique_ptr<WorkerConnection>> Connect(
@@ -54,7 +81,9 @@ void SetUpLogging(const std::string& level) {
 int RunIdle(const ClientOptions& options) {
   auto connection = Connect(options);
   if (!connection.ok()) return Fail(Rpc::kIdle, options.address, connection.status());
-  absl::StatusOr<double> idle = (*connection)->IdleTime(options.timeout);
+  absl::StatusOr<double> idle = WithRetries(options, Rpc::kIdle, [&] {
+    return (*connection)->IdleTime(options.timeout);
+  });
   if (!idle.ok()) return Fail(Rpc::kIdle, options.address, idle.status());
   std::cout << absl::StrFormat("%.3f", *idle) << "\n";
   return kExitOk;
@@ -65,8 +94,9 @@ int RunStop(const ClientOptions& options, double grace_seconds) {
   if (!connection.ok()) return Fail(Rpc::kStop, options.address, connection.status());
   const Duration grace =
       grace_seconds < 0 ? Duration(-1) : ToDuration(Seconds(grace_seconds));
-  absl::StatusOr<StopSummary> summary =
-      (*connection)->Stop(grace, options.timeout);
+  absl::StatusOr<StopSummary> summary = WithRetries(options, Rpc::kStop, [&] {
+    return (*connection)->Stop(grace, options.timeout);
+  });
   if (!summary.ok()) return Fail(Rpc::kStop, options.address, summary.status());
   std::cout << "stopped: " << summary->drained << " jobs drained, "
             << summary->cancelled << " cancelled\n";
@@ -94,15 +124,20 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   if (!connection.ok()) {
     return Fail(Rpc::kDispatch, options.address, connection.status());
   }
+  // A job the worker accepted is never sent twice: only refusals are retried.
+  bool accepted = false;
   DispatchCallbacks callbacks;
+  callbacks.on_accepted = [&accepted] { accepted = true; };
   callbacks.on_output = [](OutputStream stream, std::string_view data) {
     WriteAll(stream == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO,
              data);
   };
   std::optional<Duration> timeout;
   if (options.timeout > Duration::zero()) timeout = options.timeout;
-  absl::StatusOr<JobOutcome> outcome =
-      (*connection)->Dispatch(request, callbacks, timeout);
+  absl::StatusOr<JobOutcome> outcome = WithRetries(
+      options, Rpc::kDispatch,
+      [&] { return (*connection)->Dispatch(request, callbacks, timeout); },
+      [&accepted] { return !accepted; });
   if (!outcome.ok()) return Fail(Rpc::kDispatch, options.address, outcome.status());
   if (outcome->kind == JobOutcome::Kind::kFailed) {
     std::cerr << "cfdb-worker: job " << request.job_id << " "

@@ -25,6 +25,9 @@ int RunServe(const ServeConfig& config);
 struct ClientOptions {
   std::string address;
   Duration timeout{};
+  // Calls failing with a transient error are retried, with a backoff, until
+  // this many attempts were made (>= 1).
+  int attempts = 1;
 };
 
 int RunIdle(const ClientOptions& options);

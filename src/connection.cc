@@ -98,13 +98,15 @@ absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
   }
   auto impl = std::make_unique<Impl>(
       ChannelPool::Get().Acquire(target, credentials));
-  return std::unique_ptr<WorkerConnection>(
-      new WorkerConnection(std::move(target), std::move(impl)));
+  return std::unique_ptr<WorkerConnection>(new WorkerConnection(
+      std::move(target), std::move(credentials), std::move(impl)));
 }
 
-WorkerConnection::WorkerConnection(std::string target,
+WorkerConnection::WorkerConnection(std::string target, Credentials credentials,
                                    std::unique_ptr<Impl> impl)
-    : target_(std::move(target)), impl_(std::move(impl)) {}
+    : target_(std::move(target)),
+      credentials_(std::move(credentials)),
+      impl_(std::move(impl)) {}
 
 WorkerConnection::~WorkerConnection() = default;
 

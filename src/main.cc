@@ -22,11 +22,18 @@ Duration TimeoutOr(double seconds, Duration fallback) {
   return seconds > 0 ? ToDuration(Seconds(seconds)) : fallback;
 }
 
-void AddAddress(CLI::App* command, std::string* address) {
+// AddClientFlags adds the flags every client command shares.
+void AddClientFlags(CLI::App* command, std::string* address, int* attempts) {
   command
       ->add_option("--address", *address,
                    "worker address HOST:PORT (default 127.0.0.1:50051)")
       ->envname("CFDB_WORKER_ADDRESS");
+  command
+      ->add_option("--attempts", *attempts,
+                   "retry transient errors until this many attempts, with a "
+                   "backoff from 0.5 s to 10 s (default 1: no retry)")
+      ->envname("CFDB_WORKER_ATTEMPTS")
+      ->check(CLI::Range(1, 1000));
 }
 
 }  // namespace
@@ -50,14 +57,15 @@ int main(int argc, char** argv) {
   }
 
   std::string address = kDefaultAddress;
+  int attempts = 1;
   double timeout_seconds = 0;
 
   CLI::App* idle = app.add_subcommand("idle", "print a worker's idle seconds");
-  AddAddress(idle, &address);
+  AddClientFlags(idle, &address, &attempts);
   idle->add_option("--timeout", timeout_seconds, "deadline in seconds (default 5)");
 
   CLI::App* stop = app.add_subcommand("stop", "stop a worker with a drain grace");
-  AddAddress(stop, &address);
+  AddClientFlags(stop, &address, &attempts);
   double grace_seconds = 0;
   stop->add_option("--grace", grace_seconds,
                    "drain grace in seconds: 0 cancels now (default), > 0 "
@@ -68,7 +76,7 @@ int main(int argc, char** argv) {
 
   CLI::App* dispatch =
       app.add_subcommand("dispatch", "run a program on a worker: dispatch -- PROGRAM [ARGS...]");
-  AddAddress(dispatch, &address);
+  AddClientFlags(dispatch, &address, &attempts);
   dispatch->add_option("--timeout", timeout_seconds,
                        "deadline of the whole call in seconds (default none)");
   cli::DispatchOptions job;
@@ -114,7 +122,7 @@ int main(int argc, char** argv) {
   }
 
   cli::SetUpLogging("warn");
-  cli::ClientOptions client{address, {}};
+  cli::ClientOptions client{address, {}, attempts};
   if (idle->parsed()) {
     client.timeout = TimeoutOr(timeout_seconds, std::chrono::seconds(5));
     return cli::RunIdle(client);

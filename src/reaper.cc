@@ -159,4 +159,15 @@ ReaperExit Reaper::Run() {
   return exit;
 }
 
+Reaper::ConnectionFactory SelfPollFactory(std::string host, int port,
+                                          Credentials credentials) {
+  return [host = std::move(host), port, credentials]()
+             -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+    auto connection =
+        WorkerConnection::Open(LoopbackTarget(host, port), credentials);
+    if (!connection.ok()) return connection.status();
+    return std::unique_ptr<IdleSource>(*std::move(connection));
+  };
+}
+
 }  // namespace cfdb::worker

@@ -59,12 +59,7 @@ int RunServe(const ServeConfig& config) {
 
   Reaper reaper(
       config.reaper, SteadyClock::Get(), shutdown.watcher(),
-      [&]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
-        auto connection =
-            WorkerConnection::Open(LoopbackTarget(config.host, port), credentials);
-        if (!connection.ok()) return connection.status();
-        return std::unique_ptr<IdleSource>(*std::move(connection));
-      },
+      SelfPollFactory(config.host, port, credentials),
       [&](Duration grace) {
         const StopSummary s = worker.Stop(grace);
         spdlog::info("drained: {} jobs finished, {} cancelled", s.drained,

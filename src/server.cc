@@ -25,6 +25,37 @@ constexpr std::size_t kOutboxLimitBytes = 256 * 1024;
 
 class DispatchReactor;
 
+// CallTracker counts the Dispatch and Stop calls not yet done, so shutdown
+// can wait for exactly those (e.g. a Stop reply on its way out) and then
+// close every connection at once instead of waiting for idle clients to
+// hang up. Thread-safe.
+class CallTracker {
+ public:
+  void Started() {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+  }
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    --calls_;
+  }
+  // WaitDone waits until no call is left or `deadline` passes.
+  void WaitDone(TimePoint deadline) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return calls_ == 0;
+    };
+    const Duration left = deadline - std::chrono::steady_clock::now();
+    if (left > Duration::zero()) {
+      mu_.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(left));
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // StreamJob is a job whose events go to one Dispatch stream. It outlives the
 // reactor when the client goes first; `reactor_` is null from then on.
 class StreamJob final : public Job {
@@ -73,7 +104,10 @@ class StreamJob final : public Job {
 
 class DispatchReactor final : public grpc::ServerWriteReactor<v1::DispatchEvent> {
  public:
-  DispatchReactor(Worker& worker, const v1::DispatchRequest& request) {
+  DispatchReactor(Worker& worker, CallTracker& calls,
+                  const v1::DispatchRequest& request)
+      : calls_(calls) {
+    calls_.Started();
     absl::StatusOr<JobRequest> job_request = wire::FromProto(request);
     if (!job_request.ok()) {
       Finish(wire::ToGrpc(job_request.status()));
@@ -94,11 +128,26 @@ class DispatchReactor final : public grpc::ServerWriteReactor<v1::DispatchEvent>
   }
   void OnDone() override {
     if (job_) job_->ReactorDone();
+    calls_.Done();
     delete this;
   }
 
  private:
+  CallTracker& calls_;
   std::shared_ptr<StreamJob> job_;
+};
+
+// StopReactor finishes a Stop call once its drain is over.
+class StopReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit StopReactor(CallTracker& calls) : calls_(calls) { calls_.Started(); }
+  void OnDone() override {
+    calls_.Done();
+    delete this;
+  }
+
+ private:
+  CallTracker& calls_;
 };
 
 Job::EmitResult StreamJob::Emit(OutputStream stream, std::string_view data,
@@ -207,10 +256,10 @@ class Service final : public v1::Worker::CallbackService {
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* ctx,
+  grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext*,
                                  const v1::StopRequest* request,
                                  v1::StopReply* reply) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    auto* reactor = new StopReactor(calls_);
     const double grace = request->grace_seconds();
     if (std::isnan(grace)) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -234,8 +283,10 @@ class Service final : public v1::Worker::CallbackService {
   grpc::ServerWriteReactor<v1::DispatchEvent>* Dispatch(
       grpc::CallbackServerContext*,
       const v1::DispatchRequest* request) override {
-    return new DispatchReactor(worker_, *request);
+    return new DispatchReactor(worker_, calls_, *request);
   }
+
+  CallTracker& calls() { return calls_; }
 
   void JoinDrains() {
     std::list<std::thread> drains;
@@ -249,6 +300,7 @@ class Service final : public v1::Worker::CallbackService {
  private:
   Worker& worker_;
   const std::function<void()> on_stop_rpc_;
+  CallTracker calls_;
   absl::Mutex mu_;
   std::list<std::thread> drains_ ABSL_GUARDED_BY(mu_);
 };
@@ -298,7 +350,12 @@ void WorkerServer::Shutdown(Duration deadline) {
     if (impl_->shut_down) return;
     impl_->shut_down = true;
   }
-  impl_->server->Shutdown(std::chrono::system_clock::now() + deadline);
+  // gRPC's Shutdown(deadline) waits not only for calls but for every client
+  // connection to close, so an idle pooled client would hold up the exit for
+  // the whole deadline. Wait for our own calls instead, then shut down at
+  // once, which cancels what is left and closes the connections.
+  impl_->service.calls().WaitDone(std::chrono::steady_clock::now() + deadline);
+  impl_->server->Shutdown(std::chrono::system_clock::now());
   impl_->service.JoinDrains();
   impl_->server->Wait();
 }

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
 #include "gmock/gmock.h"
@@ -18,7 +19,7 @@ using testing::CollectingJob;
 
 std::string Binary() {
   const char* path = std::getenv("CFDB_WORKER_BINARY");
-  return path != nullptr ? path : "cfdb-worker";
+  return path != nullptr ? path : CFDB_WORKER_BINARY_PATH;
 }
 
 JobRequest Command(std::vector<std::string> args,
@@ -55,6 +56,7 @@ class Daemon {
     return *outcome_;
   }
   std::string log() { return job_.err(); }
+  bool WaitForLog(std::string_view text) { return job_.WaitForOutput(text); }
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
 
@@ -108,6 +110,42 @@ TEST(CliTest, DispatchIdleAndStopFromTheCommandLine) {
   CollectingJob late(Command({"idle", "--address", address}));
   EXPECT_EQ(RunExec(late), JobOutcome::Exited(75)) << "transient: it is gone";
   EXPECT_THAT(late.err(), HasSubstr("transient error (UNAVAILABLE)"));
+}
+
+TEST(CliTest, SecondSignalCancelsTheDrain) {
+  Daemon daemon({"--signal-grace-seconds", "-1"});
+  auto connection =
+      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  ASSERT_TRUE(connection.ok());
+  absl::Notification accepted;
+  absl::StatusOr<JobOutcome> outcome;
+  std::thread client([&] {
+    outcome = (*connection)->Dispatch(testing::ExecRequest({"sleep", "300"}),
+                                      {.on_accepted = [&] { accepted.Notify(); }});
+  });
+  ASSERT_TRUE(accepted.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  kill(daemon.pid(), SIGTERM);
+  // The first signal starts a drain without limit; the job keeps running.
+  ASSERT_TRUE(daemon.WaitForLog("exiting: signal; draining without limit"));
+  kill(daemon.pid(), SIGTERM);
+  client.join();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->failure, JobOutcome::Failure::kCancelled);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("cancelling what is left"));
+}
+
+TEST(CliTest, ClientRetriesTransientErrorsUpToItsAttempts) {
+  Daemon daemon({});
+  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  CollectingJob stop(Command({"stop", "--address", address}));
+  ASSERT_EQ(RunExec(stop), JobOutcome::Exited(0));
+  daemon.Wait();
+  CollectingJob idle(Command({"idle", "--address", address, "--attempts", "3"}));
+  EXPECT_EQ(RunExec(idle), JobOutcome::Exited(75));
+  EXPECT_THAT(idle.err(), HasSubstr("attempt 1 of 3 failed"));
+  EXPECT_THAT(idle.err(), HasSubstr("attempt 2 of 3 failed"));
+  EXPECT_THAT(idle.err(), ::testing::Not(HasSubstr("attempt 3 of 3 failed")));
 }
 
 TEST(CliTest, DispatchExitsWith128PlusTheSignal) {

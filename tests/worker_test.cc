@@ -7,6 +7,7 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
+#include "cfdb/worker/reaper.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "cfdb/worker/worker.h"
@@ -258,6 +259,17 @@ TEST_F(WorkerTest, EmbeddedKindRunsItsHandler) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(*outcome, JobOutcome::Exited(0));
   EXPECT_EQ(out, request.payload);
+}
+
+TEST(SelfPollFactoryTest, DialsLoopbackAtTheWorkerPortWithItsCredentials) {
+  const Credentials credentials = Credentials::Insecure();
+  absl::StatusOr<std::unique_ptr<IdleSource>> source =
+      SelfPollFactory("0.0.0.0", 43210, credentials)();
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto* connection = dynamic_cast<WorkerConnection*>(source->get());
+  ASSERT_NE(connection, nullptr);
+  EXPECT_EQ(connection->target(), "127.0.0.1:43210");
+  EXPECT_EQ(connection->credentials(), credentials);
 }
 
 TEST(WorkerRegistryTest, RefusesDuplicateAndEmptyKinds) {

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "cfdb/worker/address.h"
 #include "cfdb/worker/reaper.h"
 #include "cfdb/worker/worker.h"
 
@@ -52,13 +53,5 @@ EnvLookup ProcessEnv();
 absl::StatusOr<ServeConfig> ResolveServeConfig(
     const std::map<std::string, std::string, std::less<>>& flags,
     const EnvLookup& env);
-
-// LoopbackTarget returns the address the serve loop dials to poll its own
-// worker: 127.0.0.1 (or [::1]) for a wildcard or loopback host, otherwise
-// the listen host; with `port`.
-std::string LoopbackTarget(std::string_view host, int port);
-
-// JoinHostPort formats host and port, bracketing an IPv6 host.
-std::string JoinHostPort(std::string_view host, int port);
 
 }  // namespace cfdb::worker

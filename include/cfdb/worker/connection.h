@@ -80,12 +80,15 @@ class WorkerConnection final : public IdleSource {
   absl::Status Close() override;
 
   const std::string& target() const { return target_; }
+  const Credentials& credentials() const { return credentials_; }
 
   class Impl;
 
  private:
-  WorkerConnection(std::string target, std::unique_ptr<Impl> impl);
+  WorkerConnection(std::string target, Credentials credentials,
+                   std::unique_ptr<Impl> impl);
   std::string target_;
+  Credentials credentials_;
   std::unique_ptr<Impl> impl_;
 };
 

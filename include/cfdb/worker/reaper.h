@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "cfdb/worker/address.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/shutdown.h"
@@ -104,5 +105,11 @@ class Reaper {
   int consecutive_failures_ = 0;
   double last_idle_seconds_ = 0;
 };
+
+// SelfPollFactory returns the serve loop's connection factory: a
+// WorkerConnection to LoopbackTarget(host, port) with the same `credentials`
+// a remote client uses.
+Reaper::ConnectionFactory SelfPollFactory(std::string host, int port,
+                                          Credentials credentials);
 
 }  // namespace cfdb::worker

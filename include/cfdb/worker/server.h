@@ -37,8 +37,9 @@ class WorkerServer {
   // port returns the port the server listens on.
   int port() const { return port_; }
 
-  // Shutdown stops accepting calls, lets calls in progress finish until
-  // `deadline` from now, then cancels them, and returns. Idempotent.
+  // Shutdown lets Dispatch and Stop calls in progress finish until
+  // `deadline` from now, then stops serving: calls still open are cancelled
+  // and client connections closed. Returns when done. Idempotent.
   void Shutdown(Duration deadline);
 
   // Implementation detail, public for the .cc file.
