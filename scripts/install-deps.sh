@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev
+  libabsl-dev libssl-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -42,7 +42,7 @@ auto WithRetries(const ClientOptions& options, Rpc rpc, Call call,
   for (int attempt = 1;; ++attempt) {
     auto result = call();
     if (result.ok() || attempt >= options.attempts || !retryable() ||
-        ClassifyError(rpc, result.status()) != ErrorKind::kTransient) {
+        !IsTransient(ClassifyError(rpc, result.status()))) {
       return result;
     }
     const Duration delay = backoff.Failed();
@@ -55,7 +55,7 @@ auto WithRetries(const ClientOptions& options, Rpc rpc, Call call,
 
 absl::StatusOr<std::unique_ptr<WorkerConnection>> Connect(
     const ClientOptions& options) {
-  return WorkerConnection::Open(options.address);
+  return WorkerConnection::Open(options.address, options.credentials);
 }
 
 void WriteAll(int fd, std::string_view data) {

@@ -8,6 +8,7 @@
 
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/config.h"
+#include "cfdb/worker/credentials.h"
 
 namespace cfdb::worker::cli {
 
@@ -28,6 +29,7 @@ struct ClientOptions {
   // Calls failing with a transient error are retried, with a backoff, until
   // this many attempts were made (>= 1).
   int attempts = 1;
+  Credentials credentials;
 };
 
 int RunIdle(const ClientOptions& options);

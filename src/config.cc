@@ -14,6 +14,23 @@ namespace {
 
 std::string Fallback(double value) { return absl::StrCat(value); }
 
+// The TLS knobs, shared by serve and the client commands.
+const std::vector<Knob>& TlsKnobTable() {
+  static const auto* knobs = new std::vector<Knob>{
+      {"--tls-ca", "CFDB_WORKER_TLS_CA", "",
+       "PEM file of the CA that signs workers and clients (mutual TLS)"},
+      {"--tls-cert", "CFDB_WORKER_TLS_CERT", "",
+       "PEM certificate chain this side presents"},
+      {"--tls-key", "CFDB_WORKER_TLS_KEY", "", "PEM private key of --tls-cert"},
+      {"--tls-identity", "CFDB_WORKER_TLS_IDENTITY", "",
+       "SAN expected on the worker's certificate (empty: the dialled host)"},
+      {"--tls-refresh-interval-seconds",
+       "CFDB_WORKER_TLS_REFRESH_INTERVAL_SECONDS", "60",
+       "how often certificate files are re-read, >= 1"},
+  };
+  return *knobs;
+}
+
 // The one list of serve's knobs, in the README's order.
 const std::vector<Knob>& KnobTable() {
   static const auto* knobs = new std::vector<Knob>{
@@ -49,8 +66,20 @@ const std::vector<Knob>& KnobTable() {
        "10", "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"},
       {"--log-level", "CFDB_WORKER_LOG_LEVEL", "info",
        "trace, debug, info, warn, error, critical or off"},
+      {"--allow-insecure", "CFDB_WORKER_ALLOW_INSECURE", "false",
+       "allow plaintext on a non-loopback address", true},
   };
-  return *knobs;
+  static const auto* all = [] {
+    auto* v = new std::vector<Knob>(*knobs);
+    v->insert(v->end(), TlsKnobTable().begin(), TlsKnobTable().end());
+    return v;
+  }();
+  return *all;
+}
+
+bool IsLoopback(std::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         host.starts_with("127.");
 }
 
 // Setting is one knob's text and where it came from.
@@ -62,12 +91,13 @@ struct Setting {
 
 class Resolver {
  public:
-  Resolver(const std::map<std::string, std::string, std::less<>>& flags,
-           const EnvLookup& env)
+  Resolver(const FlagValues& flags, const EnvLookup& env)
       : flags_(flags), env_(env) {}
 
+  // Get returns the setting of `flag`: given flag, else variable, else
+  // default.
   Setting Get(std::string_view flag) const {
-    for (const Knob& knob : KnobTable()) {
+    for (const Knob& knob : KnobTable()) {  // TLS knobs included
       if (knob.flag != flag) continue;
       if (auto it = flags_.find(flag); it != flags_.end()) {
         return {it->second, std::string(flag), true};
@@ -92,6 +122,15 @@ class Resolver {
     return value < 0 ? Duration(-1) : ToDuration(cfdb::worker::Seconds(value));
   }
 
+  absl::StatusOr<bool> Switch(std::string_view flag) const {
+    const Setting s = Get(flag);
+    bool value = false;
+    if (!absl::SimpleAtob(s.text, &value)) {
+      return Bad(s, "is not true or false");
+    }
+    return value;
+  }
+
   absl::StatusOr<int64_t> Integer(std::string_view flag, int64_t min,
                                   int64_t max) const {
     const Setting s = Get(flag);
@@ -111,7 +150,7 @@ class Resolver {
   }
 
  private:
-  const std::map<std::string, std::string, std::less<>>& flags_;
+  const FlagValues& flags_;
   const EnvLookup& env_;
 };
 
@@ -126,6 +165,8 @@ class Resolver {
 
 std::span<const Knob> ServeKnobs() { return KnobTable(); }
 
+std::span<const Knob> TlsKnobs() { return TlsKnobTable(); }
+
 EnvLookup ProcessEnv() {
   return [](std::string_view name) -> std::optional<std::string> {
     const char* value = std::getenv(std::string(name).c_str());
@@ -134,9 +175,26 @@ EnvLookup ProcessEnv() {
   };
 }
 
-absl::StatusOr<ServeConfig> ResolveServeConfig(
-    const std::map<std::string, std::string, std::less<>>& flags,
-    const EnvLookup& env) {
+absl::StatusOr<Credentials> ResolveCredentials(const FlagValues& flags,
+                                               const EnvLookup& env) {
+  const Resolver r(flags, env);
+  TlsSettings tls;
+  auto file = [&r](std::string_view flag) {
+    const Setting s = r.Get(flag);
+    return TlsSettings::File{s.text, s.explicit_value ? s.source
+                                                      : std::string(flag)};
+  };
+  tls.ca = file("--tls-ca");
+  tls.cert = file("--tls-cert");
+  tls.key = file("--tls-key");
+  tls.identity = r.Get("--tls-identity").text;
+  CFDB_ASSIGN(tls.refresh_interval,
+              r.Seconds("--tls-refresh-interval-seconds", false));
+  return MakeCredentials(tls);
+}
+
+absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
+                                              const EnvLookup& env) {
   const Resolver r(flags, env);
   ServeConfig c;
   const Setting host = r.Get("--host");
@@ -192,6 +250,17 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(
         level, "is not one of trace, debug, info, warn, error, critical, off");
   }
   c.log_level = level.text;
+
+  CFDB_ASSIGN(c.credentials, ResolveCredentials(flags, env));
+  CFDB_ASSIGN(c.allow_insecure, r.Switch("--allow-insecure"));
+  if (c.credentials.kind == Credentials::Kind::kInsecure &&
+      !IsLoopback(c.host) && !c.allow_insecure) {
+    return Resolver::Bad(
+        host,
+        "is not a loopback address, and without TLS anyone who reaches it "
+        "could run programs on this worker and stop it: set --tls-ca, "
+        "--tls-cert and --tls-key, or pass --allow-insecure");
+  }
   return c;
 }
 

@@ -28,8 +28,7 @@ class ChannelPool {
       return channel;
     }
     grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
-    args.SetMaxSendMessageSize(wire::kMaxMessageBytes);
+    wire::SetChannelArguments(credentials, args);
     std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
         target, wire::ChannelCredentials(credentials), args);
     channels_[key] = channel;

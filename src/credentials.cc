@@ -1,7 +1,121 @@
 #include "cfdb/worker/credentials.h"
 
-namespace cfdb::worker {
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
-std::string Credentials::Key() const { return "insecure"; }
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cfdb::worker {
+namespace {
+
+using Bio = std::unique_ptr<BIO, decltype(&BIO_free)>;
+using X509Ptr = std::unique_ptr<X509, decltype(&X509_free)>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)>;
+
+std::string OpenSslError() {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "no PEM data found";
+  char buffer[256];
+  ERR_error_string_n(code, buffer, sizeof buffer);
+  return buffer;
+}
+
+absl::Status Bad(const TlsSettings::File& file, std::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      file.source, ": ", file.path, ": ", std::string(problem)));
+}
+
+absl::StatusOr<std::string> Read(const TlsSettings::File& file) {
+  std::ifstream in(file.path, std::ios::binary);
+  if (!in) return Bad(file, absl::StrCat("cannot read: ", strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// FirstCertificate parses every certificate in `file`; returns the first.
+absl::StatusOr<X509Ptr> FirstCertificate(const TlsSettings::File& file) {
+  absl::StatusOr<std::string> pem = Read(file);
+  if (!pem.ok()) return pem.status();
+  Bio bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())),
+          BIO_free);
+  X509Ptr first(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr),
+                X509_free);
+  if (first == nullptr) {
+    return Bad(file, absl::StrCat("not a PEM certificate: ", OpenSslError()));
+  }
+  return first;
+}
+
+absl::StatusOr<KeyPtr> PrivateKey(const TlsSettings::File& file) {
+  absl::StatusOr<std::string> pem = Read(file);
+  if (!pem.ok()) return pem.status();
+  Bio bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())),
+          BIO_free);
+  KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr),
+             EVP_PKEY_free);
+  if (key == nullptr) {
+    return Bad(file, absl::StrCat("not a PEM private key: ", OpenSslError()));
+  }
+  return key;
+}
+
+}  // namespace
+
+std::string Credentials::Key() const {
+  if (kind == Kind::kInsecure) return "insecure";
+  return absl::StrCat("mtls\n", ca_file, "\n", cert_file, "\n", key_file, "\n",
+                      identity, "\n", refresh_interval.count());
+}
+
+absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
+  const TlsSettings::File* files[] = {&settings.ca, &settings.cert,
+                                      &settings.key};
+  std::vector<std::string> missing;
+  for (const TlsSettings::File* file : files) {
+    if (file->path.empty()) missing.push_back(file->source);
+  }
+  if (missing.size() == 3) return Credentials::Insecure();
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mutual TLS needs a CA, a certificate and a key; missing: ",
+        absl::StrJoin(missing, ", ")));
+  }
+  if (settings.refresh_interval < std::chrono::seconds(1)) {
+    return absl::InvalidArgumentError(
+        "TLS refresh interval: must be at least 1 s");
+  }
+  if (absl::StatusOr<X509Ptr> ca = FirstCertificate(settings.ca); !ca.ok()) {
+    return ca.status();
+  }
+  absl::StatusOr<X509Ptr> cert = FirstCertificate(settings.cert);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<KeyPtr> key = PrivateKey(settings.key);
+  if (!key.ok()) return key.status();
+  if (X509_check_private_key(cert->get(), key->get()) != 1) {
+    ERR_clear_error();
+    return Bad(settings.key,
+               absl::StrCat("does not belong to the certificate in ",
+                            settings.cert.path));
+  }
+  Credentials credentials;
+  credentials.kind = Credentials::Kind::kMutualTls;
+  credentials.ca_file = settings.ca.path;
+  credentials.cert_file = settings.cert.path;
+  credentials.key_file = settings.key.path;
+  credentials.identity = settings.identity;
+  credentials.refresh_interval = settings.refresh_interval;
+  return credentials;
+}
 
 }  // namespace cfdb::worker

@@ -1,5 +1,7 @@
 // cfdb-worker: the worker daemon (`serve`) and its client commands.
 #include <cmath>
+#include <deque>
+#include <span>
 #include <iostream>
 #include <map>
 #include <string>
@@ -21,6 +23,39 @@ constexpr char kDefaultAddress[] = "127.0.0.1:50051";
 Duration TimeoutOr(double seconds, Duration fallback) {
   return seconds > 0 ? ToDuration(Seconds(seconds)) : fallback;
 }
+
+// KnobOptions registers knobs (flag + variable, resolved in config.cc) as
+// options of a command and returns the ones given on the command line.
+class KnobOptions {
+ public:
+  KnobOptions(CLI::App* command, std::span<const Knob> knobs)
+      : knobs_(knobs), values_(knobs.size()), switches_(knobs.size()) {
+    for (size_t i = 0; i < knobs.size(); ++i) {
+      const std::string flag(knobs[i].flag);
+      const std::string help = std::string(knobs[i].help) + " [" +
+                               std::string(knobs[i].variable) + "]";
+      options_.push_back(knobs[i].is_switch
+                             ? command->add_flag(flag, switches_[i], help)
+                             : command->add_option(flag, values_[i], help));
+    }
+  }
+
+  FlagValues Given() const {
+    FlagValues given;
+    for (size_t i = 0; i < knobs_.size(); ++i) {
+      if (options_[i]->count() == 0) continue;
+      given[std::string(knobs_[i].flag)] =
+          knobs_[i].is_switch ? "true" : values_[i];
+    }
+    return given;
+  }
+
+ private:
+  std::span<const Knob> knobs_;
+  std::vector<std::string> values_;
+  std::deque<bool> switches_;  // stable addresses for CLI11
+  std::vector<CLI::Option*> options_;
+};
 
 // AddClientFlags adds the flags every client command shares.
 void AddClientFlags(CLI::App* command, std::string* address, int* attempts) {
@@ -47,14 +82,7 @@ int main(int argc, char** argv) {
   // serve: every knob is kept as text and resolved (flag > variable >
   // default) and validated in one place, config.cc.
   CLI::App* serve = app.add_subcommand("serve", "serve a worker");
-  std::vector<std::string> knob_values(ServeKnobs().size());
-  std::vector<CLI::Option*> knob_options;
-  for (size_t i = 0; i < ServeKnobs().size(); ++i) {
-    const Knob& knob = ServeKnobs()[i];
-    knob_options.push_back(serve->add_option(
-        std::string(knob.flag), knob_values[i],
-        std::string(knob.help) + " [" + std::string(knob.variable) + "]"));
-  }
+  const KnobOptions serve_knobs(serve, ServeKnobs());
 
   std::string address = kDefaultAddress;
   int attempts = 1;
@@ -62,10 +90,12 @@ int main(int argc, char** argv) {
 
   CLI::App* idle = app.add_subcommand("idle", "print a worker's idle seconds");
   AddClientFlags(idle, &address, &attempts);
+  const KnobOptions idle_tls(idle, TlsKnobs());
   idle->add_option("--timeout", timeout_seconds, "deadline in seconds (default 5)");
 
   CLI::App* stop = app.add_subcommand("stop", "stop a worker with a drain grace");
   AddClientFlags(stop, &address, &attempts);
+  const KnobOptions stop_tls(stop, TlsKnobs());
   double grace_seconds = 0;
   stop->add_option("--grace", grace_seconds,
                    "drain grace in seconds: 0 cancels now (default), > 0 "
@@ -77,6 +107,7 @@ int main(int argc, char** argv) {
   CLI::App* dispatch =
       app.add_subcommand("dispatch", "run a program on a worker: dispatch -- PROGRAM [ARGS...]");
   AddClientFlags(dispatch, &address, &attempts);
+  const KnobOptions dispatch_tls(dispatch, TlsKnobs());
   dispatch->add_option("--timeout", timeout_seconds,
                        "deadline of the whole call in seconds (default none)");
   cli::DispatchOptions job;
@@ -106,13 +137,8 @@ int main(int argc, char** argv) {
   }
 
   if (serve->parsed()) {
-    std::map<std::string, std::string, std::less<>> flags;
-    for (size_t i = 0; i < knob_options.size(); ++i) {
-      if (knob_options[i]->count() > 0) {
-        flags[std::string(ServeKnobs()[i].flag)] = knob_values[i];
-      }
-    }
-    absl::StatusOr<ServeConfig> config = ResolveServeConfig(flags, ProcessEnv());
+    absl::StatusOr<ServeConfig> config =
+        ResolveServeConfig(serve_knobs.Given(), ProcessEnv());
     if (!config.ok()) {
       std::cerr << "cfdb-worker serve: " << config.status().message() << "\n";
       return cli::kExitUsage;
@@ -122,7 +148,16 @@ int main(int argc, char** argv) {
   }
 
   cli::SetUpLogging("warn");
-  cli::ClientOptions client{address, {}, attempts};
+  const KnobOptions& tls = idle->parsed()   ? idle_tls
+                           : stop->parsed() ? stop_tls
+                                            : dispatch_tls;
+  absl::StatusOr<Credentials> credentials =
+      ResolveCredentials(tls.Given(), ProcessEnv());
+  if (!credentials.ok()) {
+    std::cerr << "cfdb-worker: " << credentials.status().message() << "\n";
+    return cli::kExitUsage;
+  }
+  cli::ClientOptions client{address, {}, attempts, *credentials};
   if (idle->parsed()) {
     client.timeout = TimeoutOr(timeout_seconds, std::chrono::seconds(5));
     return cli::RunIdle(client);

@@ -76,7 +76,7 @@ Reaper::Poll Reaper::PollOnce(TimePoint now, TimePoint* next_poll) {
     polling_ = false;
     return Poll::kContinue;
   }
-  spdlog::warn("idle poll failed ({} of {} in a row): {}; retrying in {:.0f} s; {}",
+  spdlog::warn("idle poll failed ({} of {} in a row): {}; retrying in {:g} s; {}",
                consecutive_failures_, options_.idle_poll_failure_limit, what,
                ToSeconds(options_.idle_poll_interval), RemainingBound(now));
   return Poll::kContinue;
@@ -159,6 +159,37 @@ ReaperExit Reaper::Run() {
   return exit;
 }
 
+namespace {
+
+// LoopbackHint adds the likely cause to the handshake errors of a self-poll
+// that verifies the worker against the dialled loopback address.
+class LoopbackHint final : public IdleSource {
+ public:
+  explicit LoopbackHint(std::unique_ptr<WorkerConnection> connection)
+      : connection_(std::move(connection)) {}
+
+  absl::StatusOr<double> IdleTime(Duration timeout) override {
+    absl::StatusOr<double> idle = connection_->IdleTime(timeout);
+    if (idle.ok() ||
+        ClassifyError(Rpc::kIdle, idle.status()) != ErrorKind::kHandshakeError) {
+      return idle;
+    }
+    return absl::Status(
+        idle.status().code(),
+        absl::StrCat(idle.status().message(),
+                     " -- likely cause: the worker's certificate has no SAN for ",
+                     connection_->target(),
+                     "'s host; set --tls-identity to a name the certificate "
+                     "has, or add the loopback SAN"));
+  }
+  absl::Status Close() override { return connection_->Close(); }
+
+ private:
+  std::unique_ptr<WorkerConnection> connection_;
+};
+
+}  // namespace
+
 Reaper::ConnectionFactory SelfPollFactory(std::string host, int port,
                                           Credentials credentials) {
   return [host = std::move(host), port, credentials]()
@@ -166,6 +197,10 @@ Reaper::ConnectionFactory SelfPollFactory(std::string host, int port,
     auto connection =
         WorkerConnection::Open(LoopbackTarget(host, port), credentials);
     if (!connection.ok()) return connection.status();
+    if (credentials.kind == Credentials::Kind::kMutualTls &&
+        credentials.identity.empty()) {
+      return std::make_unique<LoopbackHint>(*std::move(connection));
+    }
     return std::unique_ptr<IdleSource>(*std::move(connection));
   };
 }

@@ -37,7 +37,7 @@ int RunServe(const ServeConfig& config) {
   }
 
   (void)worker.RegisterKind(kExecKind, RunExec);
-  const Credentials credentials = Credentials::Insecure();
+  const Credentials& credentials = config.credentials;
   absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
       worker, ServerOptions{
                   .address = JoinHostPort(config.host, config.port),
@@ -47,6 +47,10 @@ int RunServe(const ServeConfig& config) {
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return kExitRuntimeFailure;
+  }
+  if (credentials.kind == Credentials::Kind::kInsecure) {
+    spdlog::warn("serving without TLS: any client that can reach {} may run "
+                 "programs here", JoinHostPort(config.host, (*server)->port()));
   }
   const int port = (*server)->port();
   spdlog::info(

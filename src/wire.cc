@@ -1,6 +1,11 @@
 #include "wire.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace cfdb::worker::wire {
 
@@ -111,14 +116,57 @@ absl::Status FromGrpc(const grpc::Status& status) {
                       status.error_message());
 }
 
+namespace {
+
+// CertificateProvider watches the PEM files of `credentials`, re-reading
+// them every refresh interval (gRPC's FileWatcherCertificateProvider).
+std::shared_ptr<grpc::experimental::CertificateProviderInterface>
+CertificateProvider(const Credentials& credentials) {
+  const auto refresh = std::chrono::duration_cast<std::chrono::seconds>(
+      credentials.refresh_interval);
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      credentials.key_file, credentials.cert_file, credentials.ca_file,
+      static_cast<unsigned>(std::max<int64_t>(refresh.count(), 1)));
+}
+
+}  // namespace
+
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
-    const Credentials&) {
-  return grpc::InsecureServerCredentials();
+    const Credentials& credentials) {
+  if (credentials.kind == Credentials::Kind::kInsecure) {
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::experimental::TlsServerCredentialsOptions options(
+      CertificateProvider(credentials));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(options);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
-    const Credentials&) {
-  return grpc::InsecureChannelCredentials();
+    const Credentials& credentials) {
+  if (credentials.kind == Credentials::Kind::kInsecure) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(CertificateProvider(credentials));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  return grpc::experimental::TlsCredentials(options);
+}
+
+void SetChannelArguments(const Credentials& credentials,
+                         grpc::ChannelArguments& args) {
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Verify the worker by its fixed identity, not the address it has today.
+  if (credentials.kind == Credentials::Kind::kMutualTls &&
+      !credentials.identity.empty()) {
+    args.SetSslTargetNameOverride(credentials.identity);
+  }
 }
 
 }  // namespace cfdb::worker::wire

@@ -36,5 +36,9 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
     const Credentials& credentials);
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
     const Credentials& credentials);
+// SetChannelArguments sets message limits and, for mutual TLS with an
+// identity, the name the worker's certificate is verified against.
+void SetChannelArguments(const Credentials& credentials,
+                         grpc::ChannelArguments& args);
 
 }  // namespace cfdb::worker::wire

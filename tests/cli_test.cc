@@ -9,6 +9,7 @@
 #include "cfdb/worker/exec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "daemon.h"
 #include "test_job.h"
 
 namespace cfdb::worker {
@@ -16,61 +17,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::CollectingJob;
-
-std::string Binary() {
-  const char* path = std::getenv("CFDB_WORKER_BINARY");
-  return path != nullptr ? path : CFDB_WORKER_BINARY_PATH;
-}
-
-JobRequest Command(std::vector<std::string> args,
-                   std::map<std::string, std::string> env = {}) {
-  JobRequest request = testing::ExecRequest({Binary()});
-  request.exec.argv.insert(request.exec.argv.end(), args.begin(), args.end());
-  request.exec.env.insert(env.begin(), env.end());
-  request.exec.time_limit = std::chrono::seconds(60);
-  return request;
-}
-
-// Daemon runs `cfdb-worker serve ARGS` on a thread of its own.
-class Daemon {
- public:
-  explicit Daemon(std::vector<std::string> args) : job_(Command(Serve(args))) {
-    thread_ = std::thread([this] { outcome_ = RunExec(job_); });
-    EXPECT_TRUE(job_.WaitForOutput("listening on"));
-    std::smatch m;
-    const std::string log = job_.err();
-    if (std::regex_search(log, m, std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
-      port_ = std::stoi(m[1]);
-      pid_ = std::stoi(m[2]);
-    }
-  }
-  ~Daemon() {
-    if (thread_.joinable()) {
-      job_.Cancel();
-      thread_.join();
-    }
-  }
-
-  JobOutcome Wait() {
-    thread_.join();
-    return *outcome_;
-  }
-  std::string log() { return job_.err(); }
-  bool WaitForLog(std::string_view text) { return job_.WaitForOutput(text); }
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-
- private:
-  static std::vector<std::string> Serve(std::vector<std::string> args) {
-    args.insert(args.begin(), {"serve", "--port", "0"});
-    return args;
-  }
-  CollectingJob job_;
-  std::thread thread_;
-  std::optional<JobOutcome> outcome_;
-  int port_ = 0;
-  pid_t pid_ = 0;
-};
+using testing::Command;
+using testing::Daemon;
 
 TEST(CliTest, RetiresItselfWhenIdleAndSaysWhy) {
   Daemon daemon({"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds",

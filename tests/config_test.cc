@@ -64,10 +64,41 @@ TEST(ConfigTest, FlagsBeatVariables) {
   absl::StatusOr<ServeConfig> c = ResolveServeConfig(
       Flags{{"--idle-timeout-seconds", "45"}, {"--host", "0.0.0.0"}},
       FakeEnv({{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "30"},
-               {"CFDB_WORKER_HOST", "10.0.0.1"}}));
+               {"CFDB_WORKER_HOST", "10.0.0.1"},
+               {"CFDB_WORKER_ALLOW_INSECURE", "true"}}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->reaper.idle_timeout, seconds(45));
   EXPECT_EQ(c->host, "0.0.0.0");
+}
+
+TEST(ConfigTest, PlaintextOnANonLoopbackHostIsRefusedUnlessAllowed) {
+  absl::StatusOr<ServeConfig> refused =
+      ResolveServeConfig(Flags{{"--host", "0.0.0.0"}}, FakeEnv({}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--allow-insecure"));
+  absl::StatusOr<ServeConfig> allowed = ResolveServeConfig(
+      Flags{{"--host", "0.0.0.0"}, {"--allow-insecure", "true"}}, FakeEnv({}));
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_TRUE(allowed->allow_insecure);
+}
+
+TEST(ConfigTest, PartialTlsIsRefusedNamingWhatIsMissing) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
+      Flags{{"--tls-cert", "/etc/worker.pem"}},
+      FakeEnv({{"CFDB_WORKER_TLS_KEY", "/etc/worker.key"}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("missing: --tls-ca"));
+}
+
+TEST(ConfigTest, UnreadableTlsFileIsRefusedWithThePathAndReason) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
+      {}, FakeEnv({{"CFDB_WORKER_TLS_CA", "/nonexistent/ca.pem"},
+                   {"CFDB_WORKER_TLS_CERT", "/nonexistent/cert.pem"},
+                   {"CFDB_WORKER_TLS_KEY", "/nonexistent/key.pem"}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("CFDB_WORKER_TLS_CA: /nonexistent/ca.pem: cannot read"));
 }
 
 TEST(ConfigTest, NegativeGraceMeansWithoutLimit) {
@@ -123,7 +154,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"--max-concurrent-tasks", "0", "outside 1.."},
         BadValue{"--task-kill-grace-seconds", "-3", "negative"},
         BadValue{"--log-level", "loud", "not one of"},
-        BadValue{"--host", "", "empty"}));
+        BadValue{"--host", "", "empty"},
+        BadValue{"CFDB_WORKER_ALLOW_INSECURE", "maybe", "not true or false"},
+        BadValue{"--tls-refresh-interval-seconds", "x", "not a number"}));
 
 TEST(LoopbackTargetTest, DialsLoopbackForWildcardAndLoopbackHosts) {
   EXPECT_EQ(LoopbackTarget("0.0.0.0", 9000), "127.0.0.1:9000");

@@ -22,6 +22,9 @@ TEST(ClassifyErrorTest, EveryCodeHasItsKind) {
       case C::kUnimplemented:
         EXPECT_EQ(kind, ErrorKind::kIdleUnavailable);
         break;
+      case C::kUnauthenticated:
+        EXPECT_EQ(kind, ErrorKind::kHandshakeError);
+        break;
       case C::kUnavailable:
       case C::kDeadlineExceeded:
       case C::kResourceExhausted:
@@ -31,6 +34,22 @@ TEST(ClassifyErrorTest, EveryCodeHasItsKind) {
         EXPECT_EQ(kind, ErrorKind::kRpcError) << absl::StatusCodeToString(code);
     }
   }
+}
+
+TEST(ClassifyErrorTest, UnavailableWithTlsEvidenceIsAHandshakeError) {
+  for (const char* message :
+       {"Ssl handshake failed: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED",
+        "TLS alert", "peer certificate expired",
+        "Custom verification check failed with error: UNAUTHENTICATED: "
+        "Hostname Verification Check failed."}) {
+    const ErrorKind kind =
+        ClassifyError(Rpc::kIdle, absl::UnavailableError(message));
+    EXPECT_EQ(kind, ErrorKind::kHandshakeError) << message;
+    EXPECT_TRUE(IsTransient(kind));
+  }
+  EXPECT_EQ(ClassifyError(Rpc::kIdle,
+                          absl::UnavailableError("Connection refused")),
+            ErrorKind::kTransient);
 }
 
 TEST(ClassifyErrorTest, ExitCodesAreDistinct) {

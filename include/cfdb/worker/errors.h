@@ -18,6 +18,14 @@ enum class ErrorKind {
   kIdleUnavailable,
   // UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: retrying may work.
   kTransient,
+  // A transient error with TLS evidence: UNAUTHENTICATED, or UNAVAILABLE
+  // whose message names TLS, SSL, a certificate, the handshake or a failed
+  // verification. Named
+  // apart so a fleet-wide credential mistake is diagnosable. Note: when the
+  // worker rejects the client's certificate, the client usually sees only a
+  // plain transport failure (the worker closes the connection), which
+  // classifies as kTransient.
+  kHandshakeError,
   // Anything else: retrying the same call will not help.
   kRpcError,
 };
@@ -25,12 +33,17 @@ enum class ErrorKind {
 // ClassifyError maps a non-OK status from `rpc` to its kind.
 ErrorKind ClassifyError(Rpc rpc, const absl::Status& status);
 
-// ErrorKindName returns "idle unavailable", "transient error" or "rpc error".
+// IsTransient returns true for kTransient and kHandshakeError.
+bool IsTransient(ErrorKind kind);
+
+// ErrorKindName returns "idle unavailable", "transient error", "handshake
+// error" or "rpc error".
 std::string_view ErrorKindName(ErrorKind kind);
 
 // ExitCodeFor returns the documented exit code of a client command that
-// failed with `kind`: 69 idle unavailable, 75 transient, 76 rpc error
-// (sysexits.h: EX_UNAVAILABLE, EX_TEMPFAIL, EX_PROTOCOL).
+// failed with `kind`: 69 idle unavailable, 75 transient (handshake errors
+// included), 76 rpc error (sysexits.h: EX_UNAVAILABLE, EX_TEMPFAIL,
+// EX_PROTOCOL).
 int ExitCodeFor(ErrorKind kind);
 
 }  // namespace cfdb::worker

@@ -1,0 +1,148 @@
+// TestPki: a throw-away certificate authority for TLS tests, made with
+// OpenSSL in a temporary directory.
+#pragma once
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cfdb/worker/credentials.h"
+
+namespace cfdb::worker::testing {
+
+// Pem is a certificate and its key, as PEM files.
+struct Pem {
+  std::string cert;
+  std::string key;
+};
+
+class TestPki {
+ public:
+  TestPki() {
+    char dir[] = "/tmp/cfdb-pki-XXXXXX";
+    if (mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp");
+    dir_ = dir;
+    ca_ = Issue("ca", "cfdb test CA", {}, nullptr, 0, 3600, true);
+    other_ca_ = Issue("other-ca", "another CA", {}, nullptr, 0, 3600, true);
+  }
+  ~TestPki() { std::filesystem::remove_all(dir_); }
+
+  // Issue makes a certificate for `sans` (e.g. "DNS:worker.cfdb.internal",
+  // "IP:127.0.0.1") valid from `from_s` to `to_s` seconds from now, signed
+  // by `issuer` (null: self-signed), and writes NAME.pem and NAME.key.
+  Pem Issue(const std::string& name, const std::string& common_name,
+            const std::vector<std::string>& sans, const Pem* issuer,
+            long from_s, long to_s, bool is_ca = false) {
+    EVP_PKEY* key = EVP_EC_gen("P-256");
+    X509* cert = X509_new();
+    X509_set_version(cert, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(cert), ++serial_);
+    X509_gmtime_adj(X509_getm_notBefore(cert), from_s);
+    X509_gmtime_adj(X509_getm_notAfter(cert), to_s);
+    X509_set_pubkey(cert, key);
+    X509_NAME* subject = X509_get_subject_name(cert);
+    X509_NAME_add_entry_by_txt(
+        subject, "CN", MBSTRING_ASC,
+        reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0);
+    X509* issuer_cert = issuer ? ReadCert(issuer->cert) : cert;
+    EVP_PKEY* issuer_key = issuer ? ReadKey(issuer->key) : key;
+    X509_set_issuer_name(cert, X509_get_subject_name(issuer_cert));
+    X509V3_CTX ctx;
+    X509V3_set_ctx(&ctx, issuer_cert, cert, nullptr, nullptr, 0);
+    AddExtension(cert, &ctx, NID_basic_constraints,
+                 is_ca ? "critical,CA:TRUE" : "CA:FALSE");
+    if (!sans.empty()) {
+      std::string joined;
+      for (const std::string& san : sans) {
+        joined += (joined.empty() ? "" : ",") + san;
+      }
+      AddExtension(cert, &ctx, NID_subject_alt_name, joined.c_str());
+    }
+    X509_sign(cert, issuer_key, EVP_sha256());
+    Pem pem{dir_ + "/" + name + ".pem", dir_ + "/" + name + ".key"};
+    Write(pem.cert, [&](FILE* f) { PEM_write_X509(f, cert); });
+    Write(pem.key, [&](FILE* f) {
+      PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+    });
+    if (issuer) {
+      X509_free(issuer_cert);
+      EVP_PKEY_free(issuer_key);
+    }
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    return pem;
+  }
+
+  // Leaf issues a certificate signed by the test CA, valid for an hour.
+  Pem Leaf(const std::string& name, const std::vector<std::string>& sans) {
+    return Issue(name, name, sans, &ca_, 0, 3600);
+  }
+
+  // Mtls returns credentials presenting `pem` and trusting the test CA.
+  Credentials Mtls(const Pem& pem, std::string identity = "",
+                   Duration refresh = std::chrono::seconds(60)) const {
+    Credentials c;
+    c.kind = Credentials::Kind::kMutualTls;
+    c.ca_file = ca_.cert;
+    c.cert_file = pem.cert;
+    c.key_file = pem.key;
+    c.identity = std::move(identity);
+    c.refresh_interval = refresh;
+    return c;
+  }
+
+  const Pem& ca() const { return ca_; }
+  const Pem& other_ca() const { return other_ca_; }
+  const std::string& dir() const { return dir_; }
+
+  static std::string ReadFile(const std::string& path) {
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  static void AddExtension(X509* cert, X509V3_CTX* ctx, int nid,
+                           const char* value) {
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, ctx, nid, value);
+    X509_add_ext(cert, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  template <typename F>
+  static void Write(const std::string& path, F write) {
+    FILE* f = fopen(path.c_str(), "w");
+    write(f);
+    fclose(f);
+  }
+  static X509* ReadCert(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "r");
+    X509* cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+    fclose(f);
+    return cert;
+  }
+  static EVP_PKEY* ReadKey(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "r");
+    EVP_PKEY* key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+    fclose(f);
+    return key;
+  }
+
+  std::string dir_;
+  long serial_ = 0;
+  Pem ca_;
+  Pem other_ca_;
+};
+
+}  // namespace cfdb::worker::testing
