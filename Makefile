@@ -5,13 +5,17 @@ WERROR ?= OFF
 JOBS ?= 2
 ARGS ?=
 CMAKE_FLAGS ?=
+# The template tests need AWS's CloudFormation spec, fetched with npm; a build
+# without tests needs neither.
+TESTS := $(if $(findstring CFDB_BUILD_TESTS=OFF,$(CMAKE_FLAGS)),OFF,ON)
 
 .PHONY: all deps configure build run test clean
 
 all: build
 
 deps:
-	@scripts/install-deps.sh
+	@CFDB_NPM=$(TESTS) scripts/install-deps.sh
+	@[ "$(TESTS)" = OFF ] || CFNSPEC_PREFIX=$(BUILD)/cfnspec scripts/fetch-cfnspec.sh
 
 $(BUILD)/build.ninja: CMakeLists.txt tests/CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \

@@ -5,12 +5,17 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev
+  libyaml-cpp-dev nlohmann-json3-dev
 )
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
     || missing+=("$p")
 done
+# npm fetches the CloudFormation spec for the template tests (CFDB_NPM=OFF
+# when building without tests). Debian's npm only when none is on PATH, since
+# e.g. NodeSource's nodejs bundles its own.
+[ "${CFDB_NPM:-ON}" = OFF ] || command -v npm >/dev/null || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "installing: ${missing[*]}"
 sudo=""
