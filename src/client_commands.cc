@@ -12,7 +12,6 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "commands.h"
-#include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker::cli {
@@ -71,13 +70,6 @@ void WriteAll(int fd, std::string_view data) {
 
 }  // namespace
 
-void SetUpLogging(const std::string& level) {
-  auto logger = spdlog::stderr_logger_mt("cfdb-worker");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
-  spdlog::set_level(spdlog::level::from_str(level));
-}
-
 int RunIdle(const ClientOptions& options) {
   auto connection = Connect(options);
   if (!connection.ok()) return Fail(Rpc::kIdle, options.address, connection.status());
@@ -87,6 +79,27 @@ int RunIdle(const ClientOptions& options) {
   if (!idle.ok()) return Fail(Rpc::kIdle, options.address, idle.status());
   std::cout << absl::StrFormat("%.3f", *idle) << "\n";
   return kExitOk;
+}
+
+int RunHealth(const ClientOptions& options) {
+  auto connection = Connect(options);
+  if (!connection.ok()) return Fail(Rpc::kHealth, options.address, connection.status());
+  absl::StatusOr<WorkerConnection::ServingStatus> status =
+      WithRetries(options, Rpc::kHealth,
+                  [&] { return (*connection)->Health(options.timeout); });
+  if (!status.ok()) return Fail(Rpc::kHealth, options.address, status.status());
+  switch (*status) {
+    case WorkerConnection::ServingStatus::kServing:
+      std::cout << "SERVING\n";
+      return kExitOk;
+    case WorkerConnection::ServingStatus::kNotServing:
+      std::cout << "NOT_SERVING\n";
+      return kExitRuntimeFailure;
+    case WorkerConnection::ServingStatus::kUnknown:
+      break;
+  }
+  std::cout << "UNKNOWN\n";
+  return kExitRuntimeFailure;
 }
 
 int RunStop(const ClientOptions& options, double grace_seconds) {

@@ -17,9 +17,6 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntimeFailure = 1;  // e.g. the port is in use
 inline constexpr int kExitUsage = 2;           // bad flag or variable
 
-// SetUpLogging sets spdlog's level and format for a subcommand, on stderr.
-void SetUpLogging(const std::string& level);
-
 // RunServe serves a worker and runs the reaper until it exits.
 int RunServe(const ServeConfig& config);
 
@@ -33,6 +30,9 @@ struct ClientOptions {
 };
 
 int RunIdle(const ClientOptions& options);
+// RunHealth exits 0 only when the worker answers SERVING, 1 when it answers
+// anything else; RPC failures exit as in errors.h.
+int RunHealth(const ClientOptions& options);
 int RunStop(const ClientOptions& options, double grace_seconds);
 
 struct DispatchOptions {

@@ -66,6 +66,8 @@ const std::vector<Knob>& KnobTable() {
        "10", "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"},
       {"--log-level", "CFDB_WORKER_LOG_LEVEL", "info",
        "trace, debug, info, warn, error, critical or off"},
+      {"--log-format", "CFDB_WORKER_LOG_FORMAT", "text",
+       "text, or json: one JSON object per line (for CloudWatch)"},
       {"--allow-insecure", "CFDB_WORKER_ALLOW_INSECURE", "false",
        "allow plaintext on a non-loopback address", true},
   };
@@ -250,6 +252,11 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
         level, "is not one of trace, debug, info, warn, error, critical, off");
   }
   c.log_level = level.text;
+  const Setting format = r.Get("--log-format");
+  if (format.text != "text" && format.text != "json") {
+    return Resolver::Bad(format, "is not text or json");
+  }
+  c.log_format = format.text == "json" ? LogFormat::kJson : LogFormat::kText;
 
   CFDB_ASSIGN(c.credentials, ResolveCredentials(flags, env));
   CFDB_ASSIGN(c.allow_insecure, r.Switch("--allow-insecure"));

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "wire.h"
 
 namespace cfdb::worker {
@@ -61,7 +62,17 @@ absl::Status CheckTimeout(Duration timeout, std::string_view what) {
 class WorkerConnection::Impl {
  public:
   explicit Impl(std::shared_ptr<grpc::Channel> channel)
-      : channel_(std::move(channel)), stub_(v1::Worker::NewStub(channel_)) {}
+      : channel_(std::move(channel)),
+        stub_(v1::Worker::NewStub(channel_)),
+        health_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+  absl::StatusOr<grpc::health::v1::Health::Stub*> health() {
+    absl::MutexLock lock(&mu_);
+    if (stub_ == nullptr) {
+      return absl::FailedPreconditionError("connection is closed");
+    }
+    return health_.get();
+  }
 
   // stub returns the stub, or FAILED_PRECONDITION after Close.
   absl::StatusOr<v1::Worker::Stub*> stub() {
@@ -78,6 +89,7 @@ class WorkerConnection::Impl {
       return absl::FailedPreconditionError("connection is already closed");
     }
     stub_.reset();
+    health_.reset();
     channel_.reset();
     return absl::OkStatus();
   }
@@ -88,6 +100,7 @@ class WorkerConnection::Impl {
   // Calls in progress hold a raw pointer: Close must not race them (the
   // class comment says Close is for when the caller is done).
   std::unique_ptr<v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
@@ -168,6 +181,27 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
   if (outcome) return *outcome;
   if (!status.ok()) return wire::FromGrpc(status);
   return absl::DataLossError("the worker closed the stream without an outcome");
+}
+
+absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(
+    Duration timeout) {
+  if (absl::Status s = CheckTimeout(timeout, "health"); !s.ok()) return s;
+  absl::StatusOr<grpc::health::v1::Health::Stub*> stub = impl_->health();
+  if (!stub.ok()) return stub.status();
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  grpc::health::v1::HealthCheckResponse reply;
+  grpc::Status status =
+      (*stub)->Check(&context, grpc::health::v1::HealthCheckRequest(), &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  switch (reply.status()) {
+    case grpc::health::v1::HealthCheckResponse::SERVING:
+      return ServingStatus::kServing;
+    case grpc::health::v1::HealthCheckResponse::NOT_SERVING:
+      return ServingStatus::kNotServing;
+    default:
+      return ServingStatus::kUnknown;
+  }
 }
 
 absl::Status WorkerConnection::Close() { return impl_->Close(); }

@@ -22,8 +22,21 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "job_pids.h"
 
 namespace cfdb::worker {
+
+namespace internal {
+
+absl::Mutex JobPids::mu;
+
+absl::flat_hash_set<pid_t>& JobPids::pids() {
+  static auto* pids = new absl::flat_hash_set<pid_t>;
+  return *pids;
+}
+
+}  // namespace internal
+
 namespace {
 
 constexpr std::size_t kChunkBytes = 64 * 1024;
@@ -117,8 +130,10 @@ class Spawner {
     envp.push_back(nullptr);
 
     pid_t pid = -1;
+    absl::MutexLock lock(&internal::JobPids::mu);
     const int error = posix_spawnp(&pid, argv[0], &actions_, &attr_,
                                    argv.data(), envp.data());
+    if (error == 0) internal::JobPids::pids().insert(pid);
     return {pid, error};
   }
 
@@ -302,6 +317,10 @@ class Run {
     // been reused: kill whatever it left behind, then reap it.
     killpg(pid_, SIGKILL);
     while (waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
+    }
+    {
+      absl::MutexLock lock(&internal::JobPids::mu);
+      internal::JobPids::pids().erase(pid_);
     }
     exited_ = true;
   }

@@ -10,6 +10,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/config.h"
+#include "cfdb/worker/log.h"
 #include "commands.h"
 
 namespace {
@@ -93,6 +94,12 @@ int main(int argc, char** argv) {
   const KnobOptions idle_tls(idle, TlsKnobs());
   idle->add_option("--timeout", timeout_seconds, "deadline in seconds (default 5)");
 
+  CLI::App* health = app.add_subcommand(
+      "health", "exit 0 only if the worker's gRPC health check says SERVING");
+  AddClientFlags(health, &address, &attempts);
+  health->add_option("--timeout", timeout_seconds, "deadline in seconds (default 5)");
+  const KnobOptions health_tls(health, TlsKnobs());
+
   CLI::App* stop = app.add_subcommand("stop", "stop a worker with a drain grace");
   AddClientFlags(stop, &address, &attempts);
   const KnobOptions stop_tls(stop, TlsKnobs());
@@ -143,14 +150,15 @@ int main(int argc, char** argv) {
       std::cerr << "cfdb-worker serve: " << config.status().message() << "\n";
       return cli::kExitUsage;
     }
-    cli::SetUpLogging(config->log_level);
+    (void)SetUpLogging(config->log_level, config->log_format);
     return cli::RunServe(*config);
   }
 
-  cli::SetUpLogging("warn");
-  const KnobOptions& tls = idle->parsed()   ? idle_tls
-                           : stop->parsed() ? stop_tls
-                                            : dispatch_tls;
+  (void)SetUpLogging("warn", LogFormat::kText);
+  const KnobOptions& tls = idle->parsed()     ? idle_tls
+                           : health->parsed() ? health_tls
+                           : stop->parsed()   ? stop_tls
+                                              : dispatch_tls;
   absl::StatusOr<Credentials> credentials =
       ResolveCredentials(tls.Given(), ProcessEnv());
   if (!credentials.ok()) {
@@ -161,6 +169,10 @@ int main(int argc, char** argv) {
   if (idle->parsed()) {
     client.timeout = TimeoutOr(timeout_seconds, std::chrono::seconds(5));
     return cli::RunIdle(client);
+  }
+  if (health->parsed()) {
+    client.timeout = TimeoutOr(timeout_seconds, std::chrono::seconds(5));
+    return cli::RunHealth(client);
   }
   if (stop->parsed()) {
     if (std::isnan(grace_seconds)) {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cfdb/worker/errors.h"
+#include "cfdb/worker/log.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -59,26 +60,35 @@ Reaper::Poll Reaper::PollOnce(TimePoint now, TimePoint* next_poll) {
       absl::StrCat(std::string(ErrorKindName(kind)), " (",
                    absl::StatusCodeToString(status.code()), ": ",
                    status.message(), ")");
+  const std::initializer_list<LogField> fields = {
+      {"failure_kind", ErrorKindName(kind)},
+      {"grpc_code", absl::StatusCodeToString(status.code())}};
   if (kind == ErrorKind::kIdleUnavailable) {
-    spdlog::warn(
-        "idle poll: {}: the worker predates the Idle RPC; idle polling is "
-        "disabled for the rest of the process; {}",
-        what, RemainingBound(now));
+    LogEvent(spdlog::level::warn,
+             absl::StrCat("idle poll: ", what,
+                          ": the worker predates the Idle RPC; idle polling "
+                          "is disabled for the rest of the process; ",
+                          RemainingBound(now)),
+             fields);
     polling_ = false;
     return Poll::kContinue;
   }
   ++consecutive_failures_;
   if (consecutive_failures_ >= options_.idle_poll_failure_limit) {
-    spdlog::error(
-        "idle poll failed {} times in a row, last with {}; idle polling "
-        "stopped; {}",
-        consecutive_failures_, what, RemainingBound(now));
+    LogEvent(spdlog::level::err,
+             absl::StrCat("idle poll failed ", consecutive_failures_,
+                          " times in a row, last with ", what,
+                          "; idle polling stopped; ", RemainingBound(now)),
+             fields);
     polling_ = false;
     return Poll::kContinue;
   }
-  spdlog::warn("idle poll failed ({} of {} in a row): {}; retrying in {:g} s; {}",
-               consecutive_failures_, options_.idle_poll_failure_limit, what,
-               ToSeconds(options_.idle_poll_interval), RemainingBound(now));
+  LogEvent(spdlog::level::warn,
+           absl::StrCat("idle poll failed (", consecutive_failures_, " of ",
+                        options_.idle_poll_failure_limit, " in a row): ", what,
+                        "; retrying in ", ToSeconds(options_.idle_poll_interval),
+                        " s; ", RemainingBound(now)),
+           fields);
   return Poll::kContinue;
 }
 
@@ -132,29 +142,32 @@ ReaperExit Reaper::Run() {
       spdlog::warn("closing the idle poll connection failed: {}", s.ToString());
     }
   }
-  const std::string grace =
-      exit.grace < Duration::zero()
-          ? std::string("without limit")
-          : absl::StrFormat("with grace %.3f s", ToSeconds(exit.grace));
+  std::string why;
   switch (exit.reason) {
     case ExitReason::kIdle:
-      spdlog::info("exiting: idle for {:.3f} s >= idle timeout {:.3f} s; "
-                   "draining {}",
-                   exit.idle_seconds, ToSeconds(options_.idle_timeout), grace);
+      why = absl::StrFormat("idle for %.3f s >= idle timeout %.3f s",
+                            exit.idle_seconds, ToSeconds(options_.idle_timeout));
       break;
     case ExitReason::kMaxLifetime:
-      spdlog::info("exiting: max lifetime {:.3f} s reached; draining {}",
-                   ToSeconds(options_.max_lifetime), grace);
+      why = absl::StrFormat("max lifetime %.3f s reached",
+                            ToSeconds(options_.max_lifetime));
       break;
-    case ExitReason::kStopRpc:
-      spdlog::info("exiting: stop rpc; draining with the caller's grace");
-      break;
-    case ExitReason::kSignal:
-    case ExitReason::kRequested:
-      spdlog::info("exiting: {}; draining {}", std::string(ExitReasonName(exit.reason)),
-                   grace);
-      break;
+    default:
+      why = std::string(ExitReasonName(exit.reason));
   }
+  const std::string drain =
+      exit.reason == ExitReason::kStopRpc ? "with the caller's grace"
+      : exit.grace < Duration::zero()
+          ? "without limit"
+          : absl::StrFormat("with grace %.3f s", ToSeconds(exit.grace));
+  LogEvent(spdlog::level::info, absl::StrCat("exiting: ", why, "; draining ", drain),
+           {{"exit_reason", std::string(ExitReasonName(exit.reason))},
+            {"idle_seconds", exit.idle_seconds},
+            {"idle_timeout_seconds", ToSeconds(options_.idle_timeout)},
+            {"max_lifetime_seconds", ToSeconds(options_.max_lifetime)},
+            {"grace_seconds", exit.reason == ExitReason::kStopRpc
+                                  ? -1.0
+                                  : ToSeconds(exit.grace)}});
   if (exit.reason != ExitReason::kStopRpc) stop_(exit.grace);
   return exit;
 }

@@ -10,7 +10,10 @@
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/worker.h"
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/log.h"
 #include "commands.h"
+#include "orphans.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker::cli {
@@ -35,6 +38,14 @@ int RunServe(const ServeConfig& config) {
     spdlog::error("cannot listen for signals: {}", listening.ToString());
     return kExitRuntimeFailure;
   }
+  // As PID 1 of a container, or under an init that does not reap, orphans
+  // of jobs are ours to reap.
+  absl::StatusOr<std::unique_ptr<OrphanReaper>> orphans =
+      OrphanReaper::Start(std::chrono::milliseconds(500));
+  if (!orphans.ok()) {
+    spdlog::warn("orphaned job processes will not be reaped: {}",
+                 orphans.status().ToString());
+  }
 
   (void)worker.RegisterKind(kExecKind, RunExec);
   const Credentials& credentials = config.credentials;
@@ -53,21 +64,23 @@ int RunServe(const ServeConfig& config) {
                  "programs here", JoinHostPort(config.host, (*server)->port()));
   }
   const int port = (*server)->port();
-  spdlog::info(
-      "listening on {} (pid {}); max_concurrent_tasks {}; idle timeout {} s, "
-      "max lifetime {} s",
-      JoinHostPort(config.host, port), getpid(),
-      config.worker.max_concurrent_tasks,
-      ToSeconds(config.reaper.idle_timeout),
-      ToSeconds(config.reaper.max_lifetime));
+  LogEvent(spdlog::level::info,
+           absl::StrCat("listening on ", JoinHostPort(config.host, port),
+                        " (pid ", getpid(), ")"),
+           {{"address", JoinHostPort(config.host, port)},
+            {"pid", static_cast<int64_t>(getpid())},
+            {"tls", credentials.kind == Credentials::Kind::kMutualTls},
+            {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
+            {"idle_timeout_seconds", ToSeconds(config.reaper.idle_timeout)},
+            {"max_lifetime_seconds", ToSeconds(config.reaper.max_lifetime)}});
 
   Reaper reaper(
       config.reaper, SteadyClock::Get(), shutdown.watcher(),
       SelfPollFactory(config.host, port, credentials),
       [&](Duration grace) {
         const StopSummary s = worker.Stop(grace);
-        spdlog::info("drained: {} jobs finished, {} cancelled", s.drained,
-                     s.cancelled);
+        LogEvent(spdlog::level::info, "drained",
+                 {{"drained", s.drained}, {"cancelled", s.cancelled}});
       });
   reaper.Run();
   // A Stop RPC drains on its own thread: wait for it without changing its

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "wire.h"
 
@@ -307,12 +308,32 @@ class Service final : public v1::Worker::CallbackService {
 
 }  // namespace
 
+// Health marks the health service NOT_SERVING; shared with the worker's
+// stopping callback, which may outlive the server.
+class Health {
+ public:
+  void Set(grpc::HealthCheckServiceInterface* service) {
+    absl::MutexLock lock(&mu_);
+    service_ = service;
+    if (service_ != nullptr) service_->SetServingStatus(true);
+  }
+  void NotServing() {
+    absl::MutexLock lock(&mu_);
+    if (service_ != nullptr) service_->SetServingStatus(false);
+  }
+
+ private:
+  absl::Mutex mu_;
+  grpc::HealthCheckServiceInterface* service_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
 class WorkerServer::Impl {
  public:
   Impl(Worker& worker, std::function<void()> on_stop_rpc)
       : service(worker, std::move(on_stop_rpc)) {}
   Service service;
   std::unique_ptr<grpc::Server> server;
+  std::shared_ptr<Health> health = std::make_shared<Health>();
   absl::Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
 };
@@ -320,6 +341,9 @@ class WorkerServer::Impl {
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     Worker& worker, ServerOptions options) {
   auto impl = std::make_unique<Impl>(worker, std::move(options.on_stop_rpc));
+  // gRPC's own grpc.health.v1.Health service; it must be enabled before the
+  // builder exists.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.address,
@@ -336,6 +360,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
         "cannot listen on ", options.address,
         " (address in use, or not an address of this host)"));
   }
+  impl->health->Set(impl->server->GetHealthCheckService());
+  if (worker.stopping()) impl->health->NotServing();
+  // From the moment a drain begins the worker takes no new work.
+  worker.OnStopping([health = impl->health] { health->NotServing(); });
   return std::unique_ptr<WorkerServer>(new WorkerServer(std::move(impl), port));
 }
 
@@ -354,10 +382,12 @@ void WorkerServer::Shutdown(Duration deadline) {
   // connection to close, so an idle pooled client would hold up the exit for
   // the whole deadline. Wait for our own calls instead, then shut down at
   // once, which cancels what is left and closes the connections.
+  impl_->health->NotServing();
   impl_->service.calls().WaitDone(std::chrono::steady_clock::now() + deadline);
   impl_->server->Shutdown(std::chrono::system_clock::now());
   impl_->service.JoinDrains();
   impl_->server->Wait();
+  impl_->health->Set(nullptr);
 }
 
 }  // namespace cfdb::worker

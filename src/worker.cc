@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/exec.h"
+#include "cfdb/worker/log.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -156,7 +157,15 @@ void Worker::Run(std::shared_ptr<Job> job, const JobHandler* handler) {
   } catch (const std::exception& e) {
     outcome = JobOutcome::Failed(JobOutcome::Failure::kHandlerError, e.what());
   }
-  spdlog::info("job {}: {}", request.job_id, outcome.ToString());
+  LogEvent(spdlog::level::info,
+           absl::StrCat("job ", request.job_id, ": ", outcome.ToString()),
+           {{"job_id", request.job_id},
+            {"kind", request.kind},
+            {"outcome", outcome.kind == JobOutcome::Kind::kFailed
+                            ? std::string(FailureName(outcome.failure))
+                            : outcome.kind == JobOutcome::Kind::kSignaled
+                                ? std::string("SIGNALED")
+                                : std::string("EXITED")}});
   job->OnOutcome(outcome);
   docket_.Release(job.get());
 }
@@ -172,7 +181,7 @@ void Worker::JoinFinished() {
 
 void Worker::OnStopping(std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
-  on_stopping_ = std::move(callback);
+  on_stopping_.push_back(std::move(callback));
 }
 
 StopSummary Worker::Stop(Duration grace) {
@@ -181,7 +190,7 @@ StopSummary Worker::Stop(Duration grace) {
   const TimePoint deadline =
       grace < Duration::zero() ? TimePoint::max()
                                : std::chrono::steady_clock::now() + grace;
-  std::function<void()> on_stopping;
+  std::vector<std::function<void()>> on_stopping;
   {
     absl::MutexLock lock(&mu_);
     if (!stop_started_) {
@@ -191,7 +200,7 @@ StopSummary Worker::Stop(Duration grace) {
       on_stopping.swap(on_stopping_);
     }
   }
-  if (on_stopping) on_stopping();
+  for (const auto& callback : on_stopping) callback();
 
   if (!docket_.WaitEmptyUntil(deadline)) {
     absl::MutexLock lock(&mu_);

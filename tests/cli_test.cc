@@ -1,6 +1,7 @@
 // The cfdb-worker binary, run as a user would run it.
 #include <csignal>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
 #include "daemon.h"
 #include "test_job.h"
@@ -94,6 +96,44 @@ TEST(CliTest, ClientRetriesTransientErrorsUpToItsAttempts) {
   EXPECT_THAT(idle.err(), HasSubstr("attempt 1 of 3 failed"));
   EXPECT_THAT(idle.err(), HasSubstr("attempt 2 of 3 failed"));
   EXPECT_THAT(idle.err(), ::testing::Not(HasSubstr("attempt 3 of 3 failed")));
+}
+
+TEST(CliTest, HealthExitsZeroOnlyWhenServing) {
+  Daemon daemon({});
+  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  CollectingJob health(Command({"health", "--address", address}));
+  EXPECT_EQ(RunExec(health), JobOutcome::Exited(0));
+  EXPECT_EQ(health.out(), "SERVING\n");
+  CollectingJob stop(Command({"stop", "--address", address}));
+  ASSERT_EQ(RunExec(stop), JobOutcome::Exited(0));
+  daemon.Wait();
+  CollectingJob gone(Command({"health", "--address", address}));
+  EXPECT_EQ(RunExec(gone), JobOutcome::Exited(75));
+}
+
+TEST(CliTest, JsonLogsAreOneObjectPerLineWithTheExitFields) {
+  Daemon daemon({"--log-format", "json", "--idle-timeout-seconds", "1",
+                 "--idle-poll-interval-seconds", "0.2"});
+  ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  std::istringstream lines(daemon.log());
+  int objects = 0;
+  bool saw_exit = false;
+  for (std::string line; std::getline(lines, line);) {
+    const auto json = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(json.is_object()) << line;
+    EXPECT_TRUE(json.contains("time") && json.contains("level") &&
+                json.contains("message"))
+        << line;
+    ++objects;
+    if (json.value("exit_reason", "") == "idle") {
+      saw_exit = true;
+      EXPECT_GE(json["idle_seconds"].get<double>(), 1.0);
+      EXPECT_EQ(json["idle_timeout_seconds"].get<double>(), 1.0);
+      EXPECT_EQ(json["level"], "info");
+    }
+  }
+  EXPECT_GE(objects, 2);
+  EXPECT_TRUE(saw_exit) << daemon.log();
 }
 
 TEST(CliTest, DispatchExitsWith128PlusTheSignal) {

@@ -36,7 +36,10 @@ inline JobRequest Command(std::vector<std::string> args,
 // reads the port and pid from its "listening on" log line.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> args) : job_(Command(Serve(args))) {
+  // `wrapper` runs the daemon, e.g. {"unshare", "--pid", "--fork"}.
+  explicit Daemon(std::vector<std::string> args,
+                  std::vector<std::string> wrapper = {})
+      : job_(Wrapped(Command(Serve(args)), wrapper)) {
     thread_ = std::thread([this] { outcome_ = RunExec(job_); });
     EXPECT_TRUE(job_.WaitForOutput("listening on"));
     std::smatch m;
@@ -63,6 +66,12 @@ class Daemon {
   pid_t pid() const { return pid_; }
 
  private:
+  static JobRequest Wrapped(JobRequest request,
+                            const std::vector<std::string>& wrapper) {
+    request.exec.argv.insert(request.exec.argv.begin(), wrapper.begin(),
+                             wrapper.end());
+    return request;
+  }
   static std::vector<std::string> Serve(std::vector<std::string> args) {
     args.insert(args.begin(), {"serve", "--port", "0"});
     return args;

@@ -129,6 +129,27 @@ TEST_F(WorkerTest, PollStopThenALaterPollIsTransient) {
   EXPECT_EQ(ClassifyError(Rpc::kIdle, idle.status()), ErrorKind::kTransient);
 }
 
+TEST_F(WorkerTest, HealthIsServingUntilTheDrainBegins) {
+  absl::StatusOr<WorkerConnection::ServingStatus> health =
+      connection_->Health(kTimeout);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, WorkerConnection::ServingStatus::kServing);
+
+  absl::StatusOr<JobOutcome> outcome;
+  std::thread job = RunInBackground(ExecRequest({"sleep", "300"}), &outcome);
+  absl::Notification draining;
+  worker_->OnStopping([&] { draining.Notify(); });
+  std::thread stopper([this] { worker_->Stop(seconds(300)); });
+  ASSERT_TRUE(draining.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  health = connection_->Health(kTimeout);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, WorkerConnection::ServingStatus::kNotServing)
+      << "a draining worker takes no new work";
+  worker_->Stop(Duration::zero());
+  stopper.join();
+  job.join();
+}
+
 TEST_F(WorkerTest, NonPositiveTimeoutIsRejectedWithoutACall) {
   EXPECT_EQ(connection_->IdleTime(Duration::zero()).status().code(),
             absl::StatusCode::kInvalidArgument);

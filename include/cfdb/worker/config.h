@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "cfdb/worker/address.h"
 #include "cfdb/worker/credentials.h"
+#include "cfdb/worker/log.h"
 #include "cfdb/worker/reaper.h"
 #include "cfdb/worker/worker.h"
 
@@ -43,6 +44,7 @@ struct ServeConfig {
   ReaperOptions reaper;
   WorkerOptions worker;
   std::string log_level = "info";
+  LogFormat log_format = LogFormat::kText;
   Credentials credentials;
   // Plaintext on a non-loopback address was explicitly allowed.
   bool allow_insecure = false;

@@ -75,6 +75,13 @@ class WorkerConnection final : public IdleSource {
                                       const DispatchCallbacks& callbacks,
                                       std::optional<Duration> timeout = {});
 
+  // ServingStatus is the worker's answer to gRPC's standard health check.
+  enum class ServingStatus { kUnknown, kServing, kNotServing };
+
+  // Health calls grpc.health.v1.Health/Check for the whole server with a
+  // deadline of `timeout` (positive; INVALID_ARGUMENT otherwise).
+  absl::StatusOr<ServingStatus> Health(Duration timeout);
+
   // Close releases this connection's hold on the pooled channel. Idempotent;
   // later calls fail with FAILED_PRECONDITION.
   absl::Status Close() override;

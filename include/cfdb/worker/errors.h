@@ -9,7 +9,7 @@
 namespace cfdb::worker {
 
 // Rpc names the worker's RPCs, because a code's meaning depends on the call.
-enum class Rpc { kIdle, kStop, kDispatch };
+enum class Rpc { kIdle, kStop, kDispatch, kHealth };
 
 // ErrorKind is what a caller should make of a failed call.
 enum class ErrorKind {

@@ -1,5 +1,8 @@
 // WorkerServer puts a Worker on the network as the gRPC service
-// cfdb.worker.v1.Worker (proto/cfdb/worker/v1/worker.proto).
+// cfdb.worker.v1.Worker (proto/cfdb/worker/v1/worker.proto), next to gRPC's
+// standard health service grpc.health.v1.Health (gRPC's built-in one, see
+// gRPC's doc/health-checking.md): SERVING while the worker accepts work,
+// NOT_SERVING from the moment its drain begins.
 #pragma once
 
 #include <functional>

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -124,8 +125,8 @@ class Worker {
   // stopping returns true once Stop was called.
   bool stopping() const { return docket_.closed(); }
 
-  // OnStopping registers `callback` to run (once, on the stopping thread)
-  // when the first Stop begins, e.g. to mark the health service NOT_SERVING.
+  // OnStopping adds `callback` to run (once, on the stopping thread) when
+  // the first Stop begins, e.g. to mark the health service NOT_SERVING.
   void OnStopping(std::function<void()> callback);
 
   const Docket& docket() const { return docket_; }
@@ -146,7 +147,7 @@ class Worker {
   std::size_t in_flight_at_stop_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_all_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
-  std::function<void()> on_stopping_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> on_stopping_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cfdb::worker
