@@ -61,46 +61,42 @@ absl::Status CheckTimeout(Duration timeout, std::string_view what) {
 
 class WorkerConnection::Impl {
  public:
+  // Stubs are what a call uses; a call holds them until it returns, so Close
+  // never pulls them from under a call in progress.
+  struct Stubs {
+    explicit Stubs(std::shared_ptr<grpc::Channel> channel)
+        : channel(std::move(channel)),
+          worker(v1::Worker::NewStub(this->channel)),
+          health(grpc::health::v1::Health::NewStub(this->channel)) {}
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Worker::Stub> worker;
+    std::unique_ptr<grpc::health::v1::Health::Stub> health;
+  };
+
   explicit Impl(std::shared_ptr<grpc::Channel> channel)
-      : channel_(std::move(channel)),
-        stub_(v1::Worker::NewStub(channel_)),
-        health_(grpc::health::v1::Health::NewStub(channel_)) {}
+      : stubs_(std::make_shared<Stubs>(std::move(channel))) {}
 
-  absl::StatusOr<grpc::health::v1::Health::Stub*> health() {
+  // stubs returns the stubs, or FAILED_PRECONDITION after Close.
+  absl::StatusOr<std::shared_ptr<const Stubs>> stubs() {
     absl::MutexLock lock(&mu_);
-    if (stub_ == nullptr) {
+    if (stubs_ == nullptr) {
       return absl::FailedPreconditionError("connection is closed");
     }
-    return health_.get();
-  }
-
-  // stub returns the stub, or FAILED_PRECONDITION after Close.
-  absl::StatusOr<v1::Worker::Stub*> stub() {
-    absl::MutexLock lock(&mu_);
-    if (stub_ == nullptr) {
-      return absl::FailedPreconditionError("connection is closed");
-    }
-    return stub_.get();
+    return stubs_;
   }
 
   absl::Status Close() {
     absl::MutexLock lock(&mu_);
-    if (stub_ == nullptr) {
+    if (stubs_ == nullptr) {
       return absl::FailedPreconditionError("connection is already closed");
     }
-    stub_.reset();
-    health_.reset();
-    channel_.reset();
+    stubs_.reset();
     return absl::OkStatus();
   }
 
  private:
   absl::Mutex mu_;
-  std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);
-  // Calls in progress hold a raw pointer: Close must not race them (the
-  // class comment says Close is for when the caller is done).
-  std::unique_ptr<v1::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<grpc::health::v1::Health::Stub> health_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Stubs> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
@@ -124,12 +120,12 @@ WorkerConnection::~WorkerConnection() = default;
 
 absl::StatusOr<double> WorkerConnection::IdleTime(Duration timeout) {
   if (absl::Status s = CheckTimeout(timeout, "idle"); !s.ok()) return s;
-  absl::StatusOr<v1::Worker::Stub*> stub = impl_->stub();
-  if (!stub.ok()) return stub.status();
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
   grpc::ClientContext context;
   SetTimeout(context, timeout);
   v1::IdleTime reply;
-  grpc::Status status = (*stub)->Idle(&context, v1::IdleRequest(), &reply);
+  grpc::Status status = (*stubs)->worker->Idle(&context, v1::IdleRequest(), &reply);
   if (!status.ok()) return wire::FromGrpc(status);
   return reply.seconds();
 }
@@ -137,14 +133,14 @@ absl::StatusOr<double> WorkerConnection::IdleTime(Duration timeout) {
 absl::StatusOr<StopSummary> WorkerConnection::Stop(Duration grace,
                                                    Duration timeout) {
   if (absl::Status s = CheckTimeout(timeout, "stop"); !s.ok()) return s;
-  absl::StatusOr<v1::Worker::Stub*> stub = impl_->stub();
-  if (!stub.ok()) return stub.status();
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
   grpc::ClientContext context;
   SetTimeout(context, timeout);
   v1::StopRequest request;
   request.set_grace_seconds(grace < Duration::zero() ? -1 : ToSeconds(grace));
   v1::StopReply reply;
-  grpc::Status status = (*stub)->Stop(&context, request, &reply);
+  grpc::Status status = (*stubs)->worker->Stop(&context, request, &reply);
   if (!status.ok()) return wire::FromGrpc(status);
   return StopSummary{reply.drained(), reply.cancelled()};
 }
@@ -155,12 +151,12 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
   if (timeout) {
     if (absl::Status s = CheckTimeout(*timeout, "dispatch"); !s.ok()) return s;
   }
-  absl::StatusOr<v1::Worker::Stub*> stub = impl_->stub();
-  if (!stub.ok()) return stub.status();
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
   grpc::ClientContext context;
   if (timeout) SetTimeout(context, *timeout);
   std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
-      (*stub)->Dispatch(&context, wire::ToProto(request));
+      (*stubs)->worker->Dispatch(&context, wire::ToProto(request));
   std::optional<JobOutcome> outcome;
   v1::DispatchEvent event;
   while (reader->Read(&event)) {
@@ -186,13 +182,13 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
 absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(
     Duration timeout) {
   if (absl::Status s = CheckTimeout(timeout, "health"); !s.ok()) return s;
-  absl::StatusOr<grpc::health::v1::Health::Stub*> stub = impl_->health();
-  if (!stub.ok()) return stub.status();
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
   grpc::ClientContext context;
   SetTimeout(context, timeout);
   grpc::health::v1::HealthCheckResponse reply;
   grpc::Status status =
-      (*stub)->Check(&context, grpc::health::v1::HealthCheckRequest(), &reply);
+      (*stubs)->health->Check(&context, grpc::health::v1::HealthCheckRequest(), &reply);
   if (!status.ok()) return wire::FromGrpc(status);
   switch (reply.status()) {
     case grpc::health::v1::HealthCheckResponse::SERVING:

@@ -150,6 +150,13 @@ TEST_F(WorkerTest, HealthIsServingUntilTheDrainBegins) {
   job.join();
 }
 
+TEST_F(WorkerTest, ClosedConnectionRefusesCallsAndASecondClose) {
+  ASSERT_TRUE(connection_->Close().ok());
+  EXPECT_EQ(connection_->IdleTime(kTimeout).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(connection_->Close().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(WorkerTest, NonPositiveTimeoutIsRejectedWithoutACall) {
   EXPECT_EQ(connection_->IdleTime(Duration::zero()).status().code(),
             absl::StatusCode::kInvalidArgument);

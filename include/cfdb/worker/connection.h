@@ -82,8 +82,9 @@ class WorkerConnection final : public IdleSource {
   // deadline of `timeout` (positive; INVALID_ARGUMENT otherwise).
   absl::StatusOr<ServingStatus> Health(Duration timeout);
 
-  // Close releases this connection's hold on the pooled channel. Idempotent;
-  // later calls fail with FAILED_PRECONDITION.
+  // Close releases this connection's hold on the pooled channel (calls in
+  // progress finish first). Later calls, and a second Close, fail with
+  // FAILED_PRECONDITION.
   absl::Status Close() override;
 
   const std::string& target() const { return target_; }
