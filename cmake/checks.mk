@@ -1,0 +1,28 @@
+# Reliability checks, included by the Makefile: sanitizer builds (each in a
+# build directory of its own) and fuzzing. See docs/RELIABILITY.md.
+.PHONY: test-asan test-tsan
+
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+# Leaks and undefined behaviour fail the test that hit them.
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/cmake/tsan.supp
+# The gRPC-free suites of core_test.
+TSAN_TESTS := ^(DocketTest|ReaperTest|ReaperDefaultsTest|ReaperRealClockTest|ConfigTest|BadValueTest|ShutdownTest|BackoffTest|ClassifyErrorTest|FakeClockTest)
+
+# The whole suite under ASan + UBSan (the template tests get their spec
+# under $(ASAN_BUILD)/cfnspec through deps).
+test-asan:
+	$(MAKE) build BUILD=$(ASAN_BUILD) BUILD_TYPE=RelWithDebInfo \
+	  CMAKE_FLAGS="-DCFDB_SANITIZE=address,undefined $(CMAKE_FLAGS)"
+	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) -j $(JOBS) --output-on-failure
+
+# The core suites under TSan: only core_test is built.
+test-tsan:
+	$(MAKE) configure BUILD=$(TSAN_BUILD) BUILD_TYPE=RelWithDebInfo \
+	  CMAKE_FLAGS="-DCFDB_SANITIZE=thread $(CMAKE_FLAGS)"
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target core_test
+	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) -j $(JOBS) --output-on-failure \
+	  -R '$(TSAN_TESTS)'
+

@@ -1,0 +1,30 @@
+# CFDB_SANITIZE builds everything defined after this file with sanitizers:
+# "" (none), "address,undefined" (ASan + UBSan, undefined behaviour is fatal)
+# or "thread" (TSan). System libraries (gRPC, protobuf, abseil) stay
+# uninstrumented; see tsan.supp for what that costs.
+set(CFDB_SANITIZE "" CACHE STRING
+  "Sanitizers to build with: empty, address,undefined, or thread")
+set_property(CACHE CFDB_SANITIZE PROPERTY STRINGS "" "address,undefined" "thread")
+
+if(CFDB_SANITIZE STREQUAL "address,undefined")
+  set(CFDB_SANITIZE_FLAGS -fsanitize=address,undefined
+    -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+elseif(CFDB_SANITIZE STREQUAL "thread")
+  set(CFDB_SANITIZE_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
+elseif(NOT CFDB_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "CFDB_SANITIZE='${CFDB_SANITIZE}': use empty, "
+    "address,undefined or thread")
+endif()
+
+if(CFDB_SANITIZE_FLAGS)
+  add_compile_options(${CFDB_SANITIZE_FLAGS})
+  add_link_options(${CFDB_SANITIZE_FLAGS})
+endif()
+
+# TSan cannot see the uninstrumented abseil's absl::Mutex order memory;
+# tsan_absl.cc tells it, in every program linked from here on.
+if(CFDB_SANITIZE STREQUAL "thread")
+  add_library(cfdb_tsan_absl STATIC ${CMAKE_CURRENT_LIST_DIR}/tsan_absl.cc)
+  link_libraries(cfdb_tsan_absl)
+endif()
+
