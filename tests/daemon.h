@@ -33,10 +33,14 @@ inline JobRequest Command(std::vector<std::string> args,
 }
 
 // Daemon runs `cfdb-worker serve --port 0 ARGS` on a thread of its own and
-// reads the port and pid from its "listening on" log line.
+// reads the port and pid from its "listening on" log line. A `wrapper`
+// (e.g. {"prlimit", "--nofile=64"}) runs the daemon through a program that
+// execs it.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> args) : job_(Command(Serve(args))) {
+  explicit Daemon(std::vector<std::string> args,
+                  std::vector<std::string> wrapper = {})
+      : job_(Wrap(Command(Serve(args)), wrapper)) {
     thread_ = std::thread([this] { outcome_ = RunExec(job_); });
     EXPECT_TRUE(job_.WaitForOutput("listening on"));
     std::smatch m;
@@ -63,6 +67,12 @@ class Daemon {
   pid_t pid() const { return pid_; }
 
  private:
+  static JobRequest Wrap(JobRequest request,
+                         const std::vector<std::string>& wrapper) {
+    request.exec.argv.insert(request.exec.argv.begin(), wrapper.begin(),
+                             wrapper.end());
+    return request;
+  }
   static std::vector<std::string> Serve(std::vector<std::string> args) {
     args.insert(args.begin(), {"serve", "--port", "0"});
     return args;
