@@ -88,13 +88,19 @@ Worker::~Worker() {
   docket_.Close();
   docket_.CancelAll();
   docket_.WaitEmptyUntil(TimePoint::max());
-  std::list<std::thread> threads;
+  // A job thread's last step, after its job left the docket, moves its own
+  // entry from threads_ to finished_; wait for every one to take it, so none
+  // splices an iterator out of a list that is no longer threads_.
+  std::list<std::thread> finished;
   {
     absl::MutexLock lock(&mu_);
-    threads.splice(threads.end(), threads_);
-    threads.splice(threads.end(), finished_);
+    auto all_finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return threads_.empty();
+    };
+    mu_.Await(absl::Condition(&all_finished));
+    finished.swap(finished_);
   }
-  for (std::thread& t : threads) t.join();
+  for (std::thread& t : finished) t.join();
 }
 
 absl::Status Worker::RegisterKind(std::string kind, JobHandler handler) {

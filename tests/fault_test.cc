@@ -271,6 +271,28 @@ TEST_F(FaultTest, DrainIsBoundedWhenAJobIgnoresSigterm) {
   EXPECT_THAT(job->outcome()->message, HasSubstr("SIGKILL"));
 }
 
+// Regression: ~Worker took the job threads' list apart while a job thread
+// that had just left the docket was about to move itself from that list to
+// the finished list, splicing an iterator of a list it no longer belonged
+// to (a crash in std::thread::join, or heap corruption). Destroy workers
+// right after their last job, many times, to hit that window.
+TEST(FaultWorkerTest, DestroyingAWorkerRightAfterItsLastJobIsSafe) {
+  for (int i = 0; i < 300; ++i) {
+    Worker worker(WorkerOptions{.max_concurrent_tasks = 4});
+    ASSERT_TRUE(worker
+                    .RegisterKind("noop",
+                                  [](JobContext&) { return JobOutcome::Exited(0); })
+                    .ok());
+    JobRequest request;
+    request.job_id = absl::StrCat("noop-", i);
+    request.kind = "noop";
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_TRUE(worker.Dispatch(std::make_shared<CollectingJob>(request)).ok());
+    }
+    ASSERT_TRUE(worker.docket().WaitEmptyUntil(Now() + kTimeout));
+  }
+}
+
 // Under a tiny descriptor limit the daemon runs out of descriptors: the job
 // that hits it gets a status or START_FAILED, and the daemon keeps serving.
 TEST(FaultDaemonTest, TinyFdLimitFailsAJobNotTheDaemon) {
