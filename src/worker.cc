@@ -131,6 +131,12 @@ absl::Status Worker::Validate(const JobRequest& request) const {
 absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
   JoinFinished();
   if (absl::Status s = Validate(job->request()); !s.ok()) return s;
+  // Without its eventfd (descriptors ran out) a job blocked in poll(2) would
+  // never see a cancel or a stop, so refuse it; the client retries later.
+  if (job->cancel_fd() < 0) {
+    return absl::ResourceExhaustedError(
+        "out of file descriptors: no cancel eventfd for the job");
+  }
   const JobHandler* handler = &kinds_.find(job->request().kind)->second;
   if (absl::Status s = docket_.Admit(job.get()); !s.ok()) return s;
   job->OnAccepted();

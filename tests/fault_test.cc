@@ -271,6 +271,47 @@ TEST_F(FaultTest, DrainIsBoundedWhenAJobIgnoresSigterm) {
   EXPECT_THAT(job->outcome()->message, HasSubstr("SIGKILL"));
 }
 
+// Regression: a job constructed while descriptors had run out has no cancel
+// eventfd; once descriptors were free again its program started, and then
+// neither a cancel nor a Stop(0) reached it (poll ignores fd -1). Dispatch
+// now refuses such a job with RESOURCE_EXHAUSTED.
+TEST(FaultFdTest, JobWithoutCancelDescriptorIsRefusedNotRunUncancellable) {
+  Worker worker(WorkerOptions{.task_kill_grace = seconds(1)});
+  ASSERT_TRUE(worker.RegisterKind(kExecKind, RunExec).ok());
+  // Nothing but the Job's construction happens without descriptors: UBSan
+  // checks a vptr it has not seen before through a pipe, so it sees this
+  // type first, and no shared_ptr is touched in there.
+  delete new CollectingJob(ExecRequest({"true"}));
+  CollectingJob* raw = nullptr;
+  {
+    rlimit old{};
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    rlimit tight = old;
+    tight.rlim_cur = std::min<rlim_t>(old.rlim_cur, 256);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+    std::vector<int> hogs;
+    hogs.reserve(256);
+    for (int fd; (fd = dup(STDERR_FILENO)) >= 0;) hogs.push_back(fd);
+    raw = new CollectingJob(ExecRequest({"sh", "-c", "echo up; exec sleep 60"}),
+                            seconds(1));
+    for (int fd : hogs) close(fd);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  }
+  std::shared_ptr<CollectingJob> job(raw);
+  ASSERT_LT(job->cancel_fd(), 0) << "descriptors were exhausted";
+  const absl::Status dispatched = worker.Dispatch(job);
+  EXPECT_EQ(dispatched.code(), absl::StatusCode::kResourceExhausted) << dispatched;
+  if (dispatched.ok()) {
+    ASSERT_TRUE(job->WaitForOutput("up")) << "it waits in poll(2) now";
+    const TimePoint start = Now();
+    worker.Stop(Duration::zero());
+    EXPECT_LT(Now() - start, seconds(30)) << "Stop(0) waited for the program";
+    ASSERT_TRUE(job->outcome().has_value());
+    EXPECT_EQ(job->outcome()->failure, Failure::kCancelled)
+        << "Stop(0) could not cancel it: " << job->outcome()->ToString();
+  }
+}
+
 // Regression: ~Worker took the job threads' list apart while a job thread
 // that had just left the docket was about to move itself from that list to
 // the finished list, splicing an iterator of a list it no longer belonged
