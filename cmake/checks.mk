@@ -26,3 +26,33 @@ test-tsan:
 	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) -j $(JOBS) --output-on-failure \
 	  -R '$(TSAN_TESTS)'
 
+# libFuzzer (clang): `make fuzz` runs each target for FUZZ_SECONDS, growing
+# a scratch corpus in $(FUZZ_BUILD)/corpus from the committed seeds;
+# `make fuzz-smoke` (CI) runs each for a fixed number of inputs. A crash
+# leaves its input in $(FUZZ_BUILD)/ and fails the target.
+.PHONY: fuzz-build fuzz fuzz-smoke
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TARGETS := config_fuzz dispatch_request_fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?= 2000
+
+fuzz-build:
+	$(MAKE) configure BUILD=$(FUZZ_BUILD) BUILD_TYPE=RelWithDebInfo \
+	  CMAKE_FLAGS="-DCMAKE_CXX_COMPILER=clang++ -DCFDB_FUZZ=ON -DCFDB_BUILD_TESTS=OFF $(CMAKE_FLAGS)"
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+
+define run_fuzzers
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  echo "== $$t $(1)"; \
+	  $(FUZZ_BUILD)/fuzz/$$t $(1) -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+	    -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t; \
+	done
+endef
+
+fuzz: fuzz-build
+	$(call run_fuzzers,-max_total_time=$(FUZZ_SECONDS))
+
+fuzz-smoke: fuzz-build
+	$(call run_fuzzers,-runs=$(FUZZ_RUNS))
+

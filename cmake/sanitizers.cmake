@@ -28,3 +28,20 @@ if(CFDB_SANITIZE STREQUAL "thread")
   link_libraries(cfdb_tsan_absl)
 endif()
 
+# CFDB_FUZZ builds the libFuzzer targets in fuzz/ (clang only): everything is
+# instrumented for coverage, with ASan and UBSan, and fuzz/CMakeLists.txt is
+# added at the end of the top-level file.
+option(CFDB_FUZZ "Build the libFuzzer targets in fuzz/ (needs clang)" OFF)
+if(CFDB_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "CFDB_FUZZ=ON needs clang: "
+      "-DCMAKE_CXX_COMPILER=clang++ (found ${CMAKE_CXX_COMPILER_ID})")
+  endif()
+  if(CFDB_SANITIZE_FLAGS)
+    message(FATAL_ERROR "CFDB_FUZZ=ON brings its own sanitizers; "
+      "leave CFDB_SANITIZE empty")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined
+    -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
