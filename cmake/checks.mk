@@ -56,3 +56,11 @@ fuzz: fuzz-build
 fuzz-smoke: fuzz-build
 	$(call run_fuzzers,-runs=$(FUZZ_RUNS))
 
+# A long soak (tests/soak_test.cc) in the normal build; ctest runs a short one.
+.PHONY: soak
+SOAK_JOBS ?= 2000
+SOAK_CLIENTS ?= 8
+soak: configure
+	cmake --build $(BUILD) -j $(JOBS) --target soak_test
+	CFDB_SOAK_JOBS=$(SOAK_JOBS) CFDB_SOAK_CLIENTS=$(SOAK_CLIENTS) \
+	  $(BUILD)/tests/soak_test
