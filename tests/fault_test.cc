@@ -120,6 +120,8 @@ bool BlockedInWrite(pid_t pid) {
 class FaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    connection_.reset();
+    server_.reset();  // before the worker it serves
     worker_ = std::make_unique<Worker>(WorkerOptions{
         .max_concurrent_tasks = 4, .task_kill_grace = seconds(1)});
     ASSERT_TRUE(worker_->RegisterKind(kExecKind, RunExec).ok());
