@@ -41,7 +41,9 @@ if(CFDB_FUZZ)
     message(FATAL_ERROR "CFDB_FUZZ=ON brings its own sanitizers; "
       "leave CFDB_SANITIZE empty")
   endif()
+  # -Wno-unknown-warning-option: clang does not know gcc's -Wshadow=local.
   add_compile_options(-fsanitize=fuzzer-no-link,address,undefined
-    -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+    -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+    -Wno-unknown-warning-option)
   add_link_options(-fsanitize=address,undefined)
 endif()
