@@ -11,6 +11,8 @@ TESTS := $(if $(findstring CFDB_BUILD_TESTS=OFF,$(CMAKE_FLAGS)),OFF,ON)
 
 .PHONY: all deps configure build run test clean
 
+include cmake/checks.mk
+
 all: build
 
 deps:

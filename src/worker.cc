@@ -89,13 +89,19 @@ Worker::~Worker() {
   docket_.Close();
   docket_.CancelAll();
   docket_.WaitEmptyUntil(TimePoint::max());
-  std::list<std::thread> threads;
+  // A job thread's last step, after its job left the docket, moves its own
+  // entry from threads_ to finished_; wait for every one to take it, so none
+  // splices an iterator out of a list that is no longer threads_.
+  std::list<std::thread> finished;
   {
     absl::MutexLock lock(&mu_);
-    threads.splice(threads.end(), threads_);
-    threads.splice(threads.end(), finished_);
+    auto all_finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return threads_.empty();
+    };
+    mu_.Await(absl::Condition(&all_finished));
+    finished.swap(finished_);
   }
-  for (std::thread& t : threads) t.join();
+  for (std::thread& t : finished) t.join();
 }
 
 absl::Status Worker::RegisterKind(std::string kind, JobHandler handler) {
@@ -126,6 +132,12 @@ absl::Status Worker::Validate(const JobRequest& request) const {
 absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
   JoinFinished();
   if (absl::Status s = Validate(job->request()); !s.ok()) return s;
+  // Without its eventfd (descriptors ran out) a job blocked in poll(2) would
+  // never see a cancel or a stop, so refuse it; the client retries later.
+  if (job->cancel_fd() < 0) {
+    return absl::ResourceExhaustedError(
+        "out of file descriptors: no cancel eventfd for the job");
+  }
   const JobHandler* handler = &kinds_.find(job->request().kind)->second;
   if (absl::Status s = docket_.Admit(job.get()); !s.ok()) return s;
   job->OnAccepted();

@@ -33,7 +33,9 @@ inline JobRequest Command(std::vector<std::string> args,
 }
 
 // Daemon runs `cfdb-worker serve --port 0 ARGS` on a thread of its own and
-// reads the port and pid from its "listening on" log line.
+// reads the port and pid from its "listening on" log line. A `wrapper`
+// (e.g. {"prlimit", "--nofile=64"}) runs the daemon through a program that
+// execs it.
 class Daemon {
  public:
   // `wrapper` runs the daemon, e.g. {"unshare", "--pid", "--fork"}.

@@ -108,7 +108,8 @@ class Worker {
   // kind's handler on a new thread: OnAccepted(), the handler, OnOutcome(),
   // then the job leaves the docket. Errors, with the docket untouched:
   // INVALID_ARGUMENT (see Validate), UNAVAILABLE (stopping),
-  // RESOURCE_EXHAUSTED (docket full), INTERNAL (no thread could be made).
+  // RESOURCE_EXHAUSTED (docket full, or `job` has no cancel_fd because
+  // descriptors ran out), INTERNAL (no thread could be made).
   absl::Status Dispatch(std::shared_ptr<Job> job);
 
   // Idle returns the time since the docket last became empty (zero while a

@@ -1,0 +1,66 @@
+# Reliability checks, included by the Makefile: sanitizer builds (each in a
+# build directory of its own) and fuzzing. See docs/RELIABILITY.md.
+.PHONY: test-asan test-tsan
+
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+# Leaks and undefined behaviour fail the test that hit them.
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/cmake/tsan.supp
+# The gRPC-free suites of core_test.
+TSAN_TESTS := ^(DocketTest|ReaperTest|ReaperDefaultsTest|ReaperRealClockTest|ConfigTest|BadValueTest|ShutdownTest|BackoffTest|ClassifyErrorTest|FakeClockTest)
+
+# The whole suite under ASan + UBSan (the template tests get their spec
+# under $(ASAN_BUILD)/cfnspec through deps).
+test-asan:
+	$(MAKE) build BUILD=$(ASAN_BUILD) BUILD_TYPE=RelWithDebInfo \
+	  CMAKE_FLAGS="-DCFDB_SANITIZE=address,undefined $(CMAKE_FLAGS)"
+	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) -j $(JOBS) --output-on-failure
+
+# The core suites under TSan: only core_test is built.
+test-tsan:
+	$(MAKE) configure BUILD=$(TSAN_BUILD) BUILD_TYPE=RelWithDebInfo \
+	  CMAKE_FLAGS="-DCFDB_SANITIZE=thread $(CMAKE_FLAGS)"
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target core_test
+	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) -j $(JOBS) --output-on-failure \
+	  -R '$(TSAN_TESTS)'
+
+# libFuzzer (clang): `make fuzz` runs each target for FUZZ_SECONDS, growing
+# a scratch corpus in $(FUZZ_BUILD)/corpus from the committed seeds;
+# `make fuzz-smoke` (CI) runs each for a fixed number of inputs. A crash
+# leaves its input in $(FUZZ_BUILD)/ and fails the target.
+.PHONY: fuzz-build fuzz fuzz-smoke
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TARGETS := config_fuzz dispatch_request_fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?= 2000
+
+fuzz-build:
+	$(MAKE) configure BUILD=$(FUZZ_BUILD) BUILD_TYPE=RelWithDebInfo \
+	  CMAKE_FLAGS="-DCMAKE_CXX_COMPILER=clang++ -DCFDB_FUZZ=ON -DCFDB_BUILD_TESTS=OFF $(CMAKE_FLAGS)"
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+
+define run_fuzzers
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  echo "== $$t $(1)"; \
+	  $(FUZZ_BUILD)/fuzz/$$t $(1) -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+	    -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t; \
+	done
+endef
+
+fuzz: fuzz-build
+	$(call run_fuzzers,-max_total_time=$(FUZZ_SECONDS))
+
+fuzz-smoke: fuzz-build
+	$(call run_fuzzers,-runs=$(FUZZ_RUNS))
+
+# A long soak (tests/soak_test.cc) in the normal build; ctest runs a short one.
+.PHONY: soak
+SOAK_JOBS ?= 2000
+SOAK_CLIENTS ?= 8
+soak: configure
+	cmake --build $(BUILD) -j $(JOBS) --target soak_test
+	CFDB_SOAK_JOBS=$(SOAK_JOBS) CFDB_SOAK_CLIENTS=$(SOAK_CLIENTS) \
+	  $(BUILD)/tests/soak_test
