@@ -89,13 +89,19 @@ Worker::~Worker() {
   docket_.Close();
   docket_.CancelAll();
   docket_.WaitEmptyUntil(TimePoint::max());
-  std::list<std::thread> threads;
+  // A job leaves the docket before its thread moves its own node from
+  // threads_ to finished_, so threads_ must not be taken from under it: wait
+  // until every thread has moved itself, then join them all.
+  std::list<std::thread> finished;
   {
     absl::MutexLock lock(&mu_);
-    threads.splice(threads.end(), threads_);
-    threads.splice(threads.end(), finished_);
+    auto all_moved = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return threads_.empty();
+    };
+    mu_.Await(absl::Condition(&all_moved));
+    finished.swap(finished_);
   }
-  for (std::thread& t : threads) t.join();
+  for (std::thread& t : finished) t.join();
 }
 
 absl::Status Worker::RegisterKind(std::string kind, JobHandler handler) {
