@@ -94,16 +94,20 @@ class WorkerEnv {
     server_->Shutdown(Duration::zero());
   }
 
-  // The process-wide instance for the figures that need no special worker.
+  // The process-wide instance for the figures that need no special worker;
+  // DestroyShared ends it before exit, so no job thread or gRPC thread is
+  // still running while static destructors do.
   static WorkerEnv& Shared() {
-    static WorkerEnv* env = new WorkerEnv(64);  // > 16 callers, never full
-    return *env;
+    if (!shared_) shared_ = std::make_unique<WorkerEnv>(64);  // > 16 callers
+    return *shared_;
   }
+  static void DestroyShared() { shared_.reset(); }
 
   Worker& worker() { return worker_; }
   WorkerConnection& connection() { return *connection_; }
 
  private:
+  static inline std::unique_ptr<WorkerEnv> shared_;
   Worker worker_;
   std::unique_ptr<WorkerServer> server_;
   std::unique_ptr<WorkerConnection> connection_;
@@ -118,13 +122,16 @@ class BareEnv {
     stub_ = v1::Worker::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   }
+  ~BareEnv() { server_->Shutdown(std::chrono::system_clock::now()); }
   static BareEnv& Shared() {
-    static BareEnv* env = new BareEnv;
-    return *env;
+    if (!shared_) shared_ = std::make_unique<BareEnv>();
+    return *shared_;
   }
+  static void DestroyShared() { shared_.reset(); }
   v1::Worker::Stub& stub() { return *stub_; }
 
  private:
+  static inline std::unique_ptr<BareEnv> shared_;
   BareService service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Worker::Stub> stub_;
@@ -249,6 +256,12 @@ void BM_Floor_MutexLockUnlock(benchmark::State& state) {
     benchmark::DoNotOptimize(++shared);
     mu.Unlock();
   }
+}
+
+// Release reads the clock when the docket goes empty; this is that read.
+void BM_Floor_SteadyClockNow(benchmark::State& state) {
+  const worker::Clock& clock = SteadyClock::Get();
+  for (auto _ : state) benchmark::DoNotOptimize(clock.Now());
 }
 
 // --- No-op job throughput ------------------------------------------------------
@@ -408,6 +421,8 @@ void Register() {
     RegisterBenchmark("Floor/MutexLockUnlock", BM_Floor_MutexLockUnlock)
         ->Threads(threads)->MinTime(min_time)->UseRealTime();
   }
+  RegisterBenchmark("Floor/SteadyClockNow", BM_Floor_SteadyClockNow)
+      ->MinTime(min_time);
 
   for (int callers : {1, 16}) {
     const int per_caller = Scaled(3000) / callers + 1;
@@ -454,5 +469,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(args_count, args.data())) return 2;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  cfdb::worker::bench::WorkerEnv::DestroyShared();
+  cfdb::worker::bench::BareEnv::DestroyShared();
   return 0;
 }
