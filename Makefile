@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 # without tests needs neither.
 TESTS := $(if $(findstring CFDB_BUILD_TESTS=OFF,$(CMAKE_FLAGS)),OFF,ON)
 
-.PHONY: all deps configure build run test clean
+.PHONY: all deps configure build run test bench clean
 
 include cmake/checks.mk
 
@@ -34,5 +34,16 @@ run: build
 test: build
 	ctest --test-dir $(BUILD) -j $(JOBS) --output-on-failure
 
+# Benchmarks: a Release build of their own (no tests), then every figure with
+# its floor; writes docs/PERFORMANCE.md. Takes a few minutes.
+BENCH_BUILD ?= build-bench
+bench:
+	@CFDB_NPM=OFF scripts/install-deps.sh
+	cmake -S . -B $(BENCH_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCFDB_BUILD_TESTS=OFF -DCFDB_BUILD_BENCH=ON $(CMAKE_FLAGS)
+	cmake --build $(BENCH_BUILD) -j $(JOBS) \
+	  --target cfdb-worker worker-bench process-bench bare-server
+	python3 bench/run.py --build $(BENCH_BUILD) --out docs/PERFORMANCE.md
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BENCH_BUILD)

@@ -107,7 +107,11 @@ ReaperExit Reaper::Run() {
   }
 
   ReaperExit exit;
-  TimePoint next_poll = start_ + options_.idle_poll_interval;
+  // A worker is idle from startup, so the first poll comes no later than the
+  // idle timeout: one that never gets work exits at its threshold, not at the
+  // first tick of the cadence.
+  TimePoint next_poll =
+      start_ + std::min(options_.idle_poll_interval, options_.idle_timeout);
   while (true) {
     const TimePoint now = clock_.Now();
     if (options_.max_lifetime > Duration::zero() &&

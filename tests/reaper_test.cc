@@ -130,6 +130,15 @@ TEST_F(ReaperTest, OneTickBeforeTheThresholdKeepsServingAndTheThresholdExits) {
   EXPECT_EQ(source_.polls.size(), 2u);
 }
 
+TEST_F(ReaperTest, IdleTimeoutBelowTheCadenceExitsAtTheTimeoutNotAtTheCadence) {
+  options_.idle_timeout = seconds(2);
+  Script({2.0});
+  const ReaperExit exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  ASSERT_EQ(source_.polls.size(), 1u);
+  EXPECT_EQ(source_.polls[0] - start_, seconds(2)) << "not at the 15 s tick";
+}
+
 TEST_F(ReaperTest, BusyWorkerIsNeverReapedAndExitsViaMaxLifetime) {
   options_.max_lifetime = seconds(120);
   Script({0.0});
