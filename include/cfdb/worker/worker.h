@@ -109,7 +109,8 @@ class Worker {
   // then the job leaves the docket. Errors, with the docket untouched:
   // INVALID_ARGUMENT (see Validate), UNAVAILABLE (stopping),
   // RESOURCE_EXHAUSTED (docket full, or `job` has no cancel_fd because
-  // descriptors ran out), INTERNAL (no thread could be made).
+  // descriptors ran out). A job accepted when no thread can be made ends
+  // with a START_FAILED outcome rather than being dropped.
   absl::Status Dispatch(std::shared_ptr<Job> job);
 
   // Idle returns the time since the docket last became empty (zero while a
