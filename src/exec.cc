@@ -39,7 +39,13 @@ absl::flat_hash_set<pid_t>& JobPids::pids() {
 
 namespace {
 
-constexpr std::size_t kChunkBytes = 64 * 1024;
+// A chunk is what one Output message carries. Reading until the pipe is
+// empty, up to this, turns a fast writer's output into few large messages
+// instead of one per pipe-sized read.
+constexpr std::size_t kChunkBytes = 1 << 20;
+// Asked of the kernel for each output pipe (best effort; the default is
+// 64 KiB, the ceiling /proc/sys/fs/pipe-max-size, 1 MiB by default).
+constexpr int kPipeBytes = 1 << 20;
 // Without a pidfd (kernels before 5.3) the loop checks on the child this
 // often.
 constexpr auto kExitCheckInterval = std::chrono::milliseconds(50);
@@ -148,6 +154,7 @@ struct Output {
   OutputStream stream;
   Fd fd;
   std::string pending;
+  std::string buffer;  // reused for reads
 };
 
 // Run is one running program.
@@ -166,7 +173,10 @@ class Run {
     }
     if (ctx.request().exec.stdin_data.empty()) stdin_.Reset();
     if (stdin_) SetNonBlocking(stdin_.get());
-    for (Output& o : outputs_) SetNonBlocking(o.fd.get());
+    for (Output& o : outputs_) {
+      SetNonBlocking(o.fd.get());
+      fcntl(o.fd.get(), F_SETPIPE_SZ, kPipeBytes);
+    }
   }
 
   JobOutcome Wait() {
@@ -233,17 +243,24 @@ class Run {
     return true;
   }
 
-  // ReadChunk reads once from `o` into its pending chunk; false at EOF or
-  // when nothing is ready.
+  // ReadChunk reads what `o` holds, up to one chunk, into its pending chunk
+  // (discarded once the job is cancelled). Returns false when nothing was
+  // read: at EOF (the descriptor is then closed) or when nothing is ready.
   bool ReadChunk(Output& o) {
-    char buffer[kChunkBytes];
-    const ssize_t n = read(o.fd.get(), buffer, sizeof buffer);
-    if (n > 0) {
-      if (!cancel_reason_) o.pending.assign(buffer, static_cast<size_t>(n));
-      return true;
+    o.buffer.resize(kChunkBytes);
+    size_t got = 0;
+    while (got < kChunkBytes) {
+      const ssize_t n = read(o.fd.get(), o.buffer.data() + got, kChunkBytes - got);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || errno != EAGAIN) o.fd.Reset();
+      break;
     }
-    if (n == 0 || (errno != EAGAIN && errno != EINTR)) o.fd.Reset();
-    return false;
+    if (got > 0 && !cancel_reason_) o.pending.assign(o.buffer.data(), got);
+    return got > 0;
   }
 
   void PollOnce() {

@@ -29,6 +29,7 @@
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "cfdb/worker/worker.h"
 #include "daemon.h"
+#include "proc_util.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -43,6 +44,7 @@ using std::chrono::seconds;
 using ::testing::HasSubstr;
 using testing::CollectingJob;
 using testing::Daemon;
+using testing::Children;
 using testing::ExecRequest;
 using Failure = JobOutcome::Failure;
 
@@ -78,28 +80,6 @@ std::optional<int64_t> ProcStatusKib(pid_t pid, std::string_view field) {
     if (!words.empty() && absl::SimpleAtoi(words[0], &value)) return value;
   }
   return std::nullopt;
-}
-
-// Children returns the pids whose parent is `parent`.
-std::vector<pid_t> Children(pid_t parent) {
-  std::vector<pid_t> children;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-    // pid (comm) state ppid ...; comm may hold spaces, so parse after ')'.
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent) children.push_back(pid);
-  }
-  return children;
 }
 
 // BlockedInWrite returns true while `pid` sleeps inside write(2) (syscall 1

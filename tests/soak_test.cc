@@ -33,6 +33,7 @@
 #include "cfdb/worker/worker.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proc_util.h"
 #include "test_job.h"
 #include "wire.h"
 
@@ -41,6 +42,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::Children;
 using testing::ExecRequest;
 using Failure = JobOutcome::Failure;
 
@@ -61,28 +63,6 @@ size_t OpenFds() {
     ++n;
   }
   return n;
-}
-
-// Children returns the pids (zombies included) whose parent is this process.
-std::vector<pid_t> Children() {
-  std::vector<pid_t> children;
-  const pid_t self = getpid();
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == self) children.push_back(pid);
-  }
-  return children;
 }
 
 // What a job does, and so how it must end.
@@ -413,7 +393,7 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   server->reset();
   stub.reset();
   channel.reset();
-  EXPECT_TRUE(Children().empty()) << "no child process or zombie is left";
+  EXPECT_TRUE(Children(getpid()).empty()) << "no child process or zombie is left";
   // Sockets close asynchronously after the server and channel are gone.
   const auto deadline = std::chrono::steady_clock::now() + seconds(30);
   while (OpenFds() > fds_before && std::chrono::steady_clock::now() < deadline) {
@@ -436,7 +416,7 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
             << " idle checks with a job known in flight="
             << c.idle_checked_in_flight << "\n  stop: drained=" << summary.drained
             << " cancelled=" << summary.cancelled << "\n  fds before=" << fds_before
-            << " after=" << fds_after << " children left=" << Children().size()
+            << " after=" << fds_after << " children left=" << Children(getpid()).size()
             << "\n";
   // Every job ran (or was refused as invalid) as planned, once.
   EXPECT_EQ(c.matched, jobs);

@@ -309,26 +309,5 @@ TEST(WorkerRegistryTest, RefusesDuplicateAndEmptyKinds) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// A job leaves the docket just before its thread finishes, so a worker
-// destroyed right after a drain used to take its thread list from under those
-// threads (and crash joining garbage now and then). Many rounds make that
-// window likely to be hit.
-TEST(WorkerLifetimeTest, DestroyedRightAfterADrainJoinsEveryJobThread) {
-  for (int round = 0; round < 200; ++round) {
-    Worker worker(WorkerOptions{.max_concurrent_tasks = 4});
-    ASSERT_TRUE(worker
-                    .RegisterKind("noop",
-                                  [](JobContext&) { return JobOutcome::Exited(0); })
-                    .ok());
-    for (int i = 0; i < 4; ++i) {
-      JobRequest request;
-      request.job_id = absl::StrCat("job-", i);
-      request.kind = "noop";
-      ASSERT_TRUE(worker.Dispatch(std::make_shared<testing::CollectingJob>(request)).ok());
-    }
-    worker.Stop(Duration(-1));
-  }
-}
-
 }  // namespace
 }  // namespace cfdb::worker

@@ -12,8 +12,9 @@ inline constexpr char kExecKind[] = "exec";
 // shell) in a new process group with the given environment, working
 // directory and standard input, and default signal dispositions. Its stdout
 // and stderr are read as they come and passed to ctx.Emit in chunks of at
-// most 64 KiB; while Emit blocks (the client reads slowly) the pipes are not
-// read, so the program blocks too and the worker's memory stays bounded.
+// most 1 MiB (what the pipe holds when read); while Emit blocks (the client
+// reads slowly) the pipes are not read, so the program blocks too and the
+// worker's memory stays bounded.
 //
 // Cancellation (ctx cancelled, or the time limit passed) sends SIGTERM to the
 // process group, then SIGKILL after ctx.kill_grace(). When the program exits,
