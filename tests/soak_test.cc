@@ -349,7 +349,9 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
                                              seconds(30)));
   const int finishing = std::max(1, capacity / 2);
   const int stuck = capacity - finishing;
-  std::atomic<int> accepted{0}, drained{0}, cancelled{0};
+  std::atomic<int> drained{0}, cancelled{0};
+  absl::Mutex running_mu;
+  int running = 0;  // jobs whose first output arrived
   for (int k = 0; k < capacity; ++k) {
     threads.emplace_back([&, k] {
       JobRequest request = ExecRequest(
@@ -360,7 +362,10 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
       v1::DispatchEvent event;
       std::optional<JobOutcome> outcome;
       while (reader->Read(&event)) {
-        if (event.has_output()) ++accepted;  // running, and counted once
+        if (event.has_output()) {  // running, and counted once ("echo up")
+          absl::MutexLock lock(&running_mu);
+          ++running;
+        }
         if (auto o = wire::OutcomeFromEvent(event)) outcome = o;
       }
       EXPECT_TRUE(reader->Finish().ok());
@@ -374,12 +379,12 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
       }
     });
   }
-  const auto running_by = std::chrono::steady_clock::now() + seconds(60);
-  while (accepted.load() < capacity &&
-         std::chrono::steady_clock::now() < running_by) {
-    std::this_thread::sleep_for(milliseconds(1));
+  {
+    absl::MutexLock lock(&running_mu);
+    auto all_running = [&] { return running >= capacity; };
+    running_mu.AwaitWithTimeout(absl::Condition(&all_running), absl::Seconds(60));
+    EXPECT_EQ(running, capacity) << "every last job is running";
   }
-  EXPECT_EQ(accepted.load(), capacity) << "every last job is running";
   const StopSummary summary = worker.Stop(seconds(5));
   for (std::thread& t : threads) t.join();
   polling = false;
