@@ -43,31 +43,32 @@ absl::StatusOr<std::string> Read(const TlsSettings::File& file) {
   return text.str();
 }
 
-// FirstCertificate parses every certificate in `file`; returns the first.
-absl::StatusOr<X509Ptr> FirstCertificate(const TlsSettings::File& file) {
+// ParsePem reads `file` and parses its first PEM object of the kind `parse`
+// reads (e.g. PEM_read_bio_X509); `what` names the kind in errors.
+template <typename T, typename Parse, typename Free>
+absl::StatusOr<std::unique_ptr<T, Free>> ParsePem(
+    const TlsSettings::File& file, Parse parse, Free free,
+    std::string_view what) {
   absl::StatusOr<std::string> pem = Read(file);
   if (!pem.ok()) return pem.status();
   Bio bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())),
           BIO_free);
-  X509Ptr first(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr),
-                X509_free);
-  if (first == nullptr) {
-    return Bad(file, absl::StrCat("not a PEM certificate: ", OpenSslError()));
+  std::unique_ptr<T, Free> parsed(parse(bio.get(), nullptr, nullptr, nullptr),
+                                  free);
+  if (parsed == nullptr) {
+    return Bad(file, absl::StrCat("not a PEM ", std::string(what), ": ",
+                                  OpenSslError()));
   }
-  return first;
+  return parsed;
+}
+
+absl::StatusOr<X509Ptr> FirstCertificate(const TlsSettings::File& file) {
+  return ParsePem<X509>(file, PEM_read_bio_X509, &X509_free, "certificate");
 }
 
 absl::StatusOr<KeyPtr> PrivateKey(const TlsSettings::File& file) {
-  absl::StatusOr<std::string> pem = Read(file);
-  if (!pem.ok()) return pem.status();
-  Bio bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())),
-          BIO_free);
-  KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr),
-             EVP_PKEY_free);
-  if (key == nullptr) {
-    return Bad(file, absl::StrCat("not a PEM private key: ", OpenSslError()));
-  }
-  return key;
+  return ParsePem<EVP_PKEY>(file, PEM_read_bio_PrivateKey, &EVP_PKEY_free,
+                            "private key");
 }
 
 }  // namespace

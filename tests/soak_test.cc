@@ -27,8 +27,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cfdb/worker/backoff.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
+#include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "cfdb/worker/worker.h"
 #include "grpcpp/grpcpp.h"
@@ -166,9 +168,14 @@ class SoakTest : public ::testing::Test {
   // RunJob dispatches one job of `plan` until the docket has room for it
   // (a full docket is RESOURCE_EXHAUSTED, counted, then retried).
   void RunJob(v1::Worker::Stub& stub, Plan plan, int i) {
+    // A full docket is retried like the client commands retry: with the
+    // project's Backoff (a fixed 5 ms here; nothing else can tell us room).
+    Backoff backoff(milliseconds(5), 1, milliseconds(5));
+    Shutdown never;
     for (int attempt = 0; attempt < 1000; ++attempt) {
       if (!TryJob(stub, plan, i)) return;
-      std::this_thread::sleep_for(milliseconds(5));  // pacing, not correctness
+      backoff.Failed();
+      backoff.Wait(never.watcher());
     }
     ADD_FAILURE() << "soak-" << i << ": the docket stayed full";
   }
