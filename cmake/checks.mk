@@ -6,10 +6,11 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 # Leaks and undefined behaviour fail the test that hit them.
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/cmake/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/cmake/tsan.supp
 # The gRPC-free suites of core_test.
-TSAN_TESTS := ^(DocketTest|ReaperTest|ReaperDefaultsTest|ReaperRealClockTest|ConfigTest|BadValueTest|ShutdownTest|BackoffTest|ClassifyErrorTest|FakeClockTest)
+TSAN_TESTS := ^(DocketTest|JobThreadsTest|ReaperTest|ReaperDefaultsTest|ReaperRealClockTest|ConfigTest|BadValueTest|ShutdownTest|BackoffTest|ClassifyErrorTest|FakeClockTest)
 
 # The whole suite under ASan + UBSan (the template tests get their spec
 # under $(ASAN_BUILD)/cfnspec through deps).
