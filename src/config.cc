@@ -64,6 +64,9 @@ const std::vector<Knob>& KnobTable() {
        "most jobs in flight at once, >= 1 (default: number of CPUs)"},
       {"--task-kill-grace-seconds", "CFDB_WORKER_TASK_KILL_GRACE_SECONDS",
        "10", "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"},
+      {"--job-nice", "CFDB_WORKER_JOB_NICE", "10",
+       "added to the nice value of jobs, 0..19, so Idle, Stop and health "
+       "answers get the CPU first"},
       {"--log-level", "CFDB_WORKER_LOG_LEVEL", "info",
        "trace, debug, info, warn, error, critical or off"},
       {"--log-format", "CFDB_WORKER_LOG_FORMAT", "text",
@@ -242,6 +245,7 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   }
   CFDB_ASSIGN(c.worker.task_kill_grace,
               r.Seconds("--task-kill-grace-seconds", false));
+  CFDB_ASSIGN(c.worker.job_nice, r.Integer("--job-nice", 0, 19));
 
   const Setting level = r.Get("--log-level");
   static constexpr std::string_view kLevels[] = {

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <exception>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/log.h"
+#include "job_threads.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -83,25 +83,17 @@ void Job::Cancel() {
 }
 
 Worker::Worker(WorkerOptions options, const Clock& clock)
-    : options_(options), docket_(clock, options.max_concurrent_tasks) {}
+    : options_(options),
+      docket_(clock, options.max_concurrent_tasks),
+      threads_(std::make_unique<JobThreads>(docket_.capacity(),
+                                            options.job_nice)) {}
 
 Worker::~Worker() {
   docket_.Close();
   docket_.CancelAll();
   docket_.WaitEmptyUntil(TimePoint::max());
-  // A job thread's last step, after its job left the docket, moves its own
-  // entry from threads_ to finished_; wait for every one to take it, so none
-  // splices an iterator out of a list that is no longer threads_.
-  std::list<std::thread> finished;
-  {
-    absl::MutexLock lock(&mu_);
-    auto all_finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return threads_.empty();
-    };
-    mu_.Await(absl::Condition(&all_finished));
-    finished.swap(finished_);
-  }
-  for (std::thread& t : finished) t.join();
+  // threads_, declared last, is destroyed first: it joins every job thread
+  // before the docket and the kinds they use go away.
 }
 
 absl::Status Worker::RegisterKind(std::string kind, JobHandler handler) {
@@ -130,7 +122,6 @@ absl::Status Worker::Validate(const JobRequest& request) const {
 }
 
 absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
-  JoinFinished();
   if (absl::Status s = Validate(job->request()); !s.ok()) return s;
   // Without its eventfd (descriptors ran out) a job blocked in poll(2) would
   // never see a cancel or a stop, so refuse it; the client retries later.
@@ -142,19 +133,10 @@ absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
   if (absl::Status s = docket_.Admit(job.get()); !s.ok()) return s;
   job->OnAccepted();
 
-  absl::MutexLock lock(&mu_);
-  auto it = threads_.emplace(threads_.end());
-  try {
-    *it = std::thread([this, job, handler, it] {
-      Run(job, handler);
-      absl::MutexLock done(&mu_);
-      finished_.splice(finished_.end(), threads_, it);
-    });
-  } catch (const std::system_error& e) {
-    threads_.erase(it);
+  if (!threads_->Post([this, job, handler] { Run(job, handler); })) {
     // Accepted already: report the failure rather than dropping the job.
     job->OnOutcome(JobOutcome::Failed(JobOutcome::Failure::kStartFailed,
-                                      absl::StrCat("no thread: ", e.what())));
+                                      "no thread to run the job on"));
     docket_.Release(job.get());
   }
   return absl::OkStatus();
@@ -180,15 +162,6 @@ void Worker::Run(std::shared_ptr<Job> job, const JobHandler* handler) {
                                 : std::string("EXITED")}});
   job->OnOutcome(outcome);
   docket_.Release(job.get());
-}
-
-void Worker::JoinFinished() {
-  std::list<std::thread> finished;
-  {
-    absl::MutexLock lock(&mu_);
-    finished.swap(finished_);
-  }
-  for (std::thread& t : finished) t.join();
 }
 
 void Worker::OnStopping(std::function<void()> callback) {

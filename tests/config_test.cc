@@ -36,6 +36,7 @@ TEST(ConfigTest, DefaultsWithNoFlagsAndNoVariables) {
   EXPECT_EQ(c->worker.max_concurrent_tasks,
             std::max(1u, std::thread::hardware_concurrency()));
   EXPECT_EQ(c->worker.task_kill_grace, seconds(10));
+  EXPECT_EQ(c->worker.job_nice, 10);
   EXPECT_EQ(c->log_level, "info");
 }
 
@@ -153,6 +154,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"CFDB_WORKER_PORT", "-1", "outside 0..65535"},
         BadValue{"--max-concurrent-tasks", "0", "outside 1.."},
         BadValue{"--task-kill-grace-seconds", "-3", "negative"},
+        BadValue{"--job-nice", "20", "outside 0..19"},
+        BadValue{"CFDB_WORKER_JOB_NICE", "-1", "outside 0..19"},
         BadValue{"--log-level", "loud", "not one of"},
         BadValue{"--host", "", "empty"},
         BadValue{"CFDB_WORKER_ALLOW_INSECURE", "maybe", "not true or false"},

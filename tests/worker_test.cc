@@ -1,4 +1,6 @@
 // A real worker over a real channel: WorkerServer on port 0, WorkerConnection.
+#include <sys/resource.h>
+
 #include <random>
 #include <thread>
 
@@ -298,6 +300,21 @@ TEST(SelfPollFactoryTest, DialsLoopbackAtTheWorkerPortWithItsCredentials) {
   ASSERT_NE(connection, nullptr);
   EXPECT_EQ(connection->target(), "127.0.0.1:43210");
   EXPECT_EQ(connection->credentials(), credentials);
+}
+
+TEST(WorkerNiceTest, ProgramsOfJobsRunAtTheAddedNiceValue) {
+  errno = 0;
+  const int base = getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  if (base > 9) GTEST_SKIP() << "the test runs at nice " << base;
+  Worker worker(WorkerOptions{.job_nice = 10});
+  ASSERT_TRUE(worker.RegisterKind(kExecKind, RunExec).ok());
+  auto job = std::make_shared<testing::CollectingJob>(ExecRequest({"nice"}));
+  ASSERT_TRUE(worker.Dispatch(job).ok());
+  ASSERT_TRUE(worker.docket().WaitEmptyUntil(
+      std::chrono::steady_clock::now() + kTimeout));
+  EXPECT_EQ(job->outcome(), JobOutcome::Exited(0));
+  EXPECT_EQ(job->out(), absl::StrCat(base + 10, "\n"));
 }
 
 TEST(WorkerRegistryTest, RefusesDuplicateAndEmptyKinds) {

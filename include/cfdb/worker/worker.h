@@ -11,10 +11,8 @@
 
 #include <cstddef>
 #include <functional>
-#include <list>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -27,8 +25,10 @@
 
 namespace cfdb::worker {
 
+class JobThreads;  // src/job_threads.h
+
 // JobHandler runs one job of a kind to its end and returns how it ended. It
-// runs on a thread of its own and must return soon after its context is
+// runs on a job thread (one job at a time per thread) and must return soon after its context is
 // cancelled; a handler that ignores cancellation holds up Stop.
 using JobHandler = std::function<JobOutcome(JobContext&)>;
 
@@ -73,6 +73,11 @@ struct WorkerOptions {
   std::size_t max_concurrent_tasks = 1;
   // SIGTERM -> SIGKILL delay when a process is cancelled.
   Duration task_kill_grace = std::chrono::seconds(10);
+  // Added to the nice value of the threads jobs run on, and so of the
+  // processes they spawn (Linux keeps nice per thread), so that under load
+  // the CPU goes to Idle, Stop and health answers first. 0 leaves it alone;
+  // lowering it below the process's own needs CAP_SYS_NICE (a warning).
+  int job_nice = 0;
 };
 
 // StopSummary says what a stop did to the jobs that were in flight.
@@ -105,7 +110,8 @@ class Worker {
   absl::Status Validate(const JobRequest& request) const;
 
   // Dispatch validates `job`'s request, admits it to the docket and runs its
-  // kind's handler on a new thread: OnAccepted(), the handler, OnOutcome(),
+  // kind's handler on a job thread (a parked one, or a new one up to
+  // max_concurrent_tasks): OnAccepted(), the handler, OnOutcome(),
   // then the job leaves the docket. Errors, with the docket untouched:
   // INVALID_ARGUMENT (see Validate), UNAVAILABLE (stopping),
   // RESOURCE_EXHAUSTED (docket full, or `job` has no cancel_fd because
@@ -136,20 +142,21 @@ class Worker {
 
  private:
   void Run(std::shared_ptr<Job> job, const JobHandler* handler);
-  void JoinFinished();
 
   const WorkerOptions options_;
   Docket docket_;
   absl::flat_hash_map<std::string, JobHandler> kinds_;
 
   absl::Mutex mu_;
-  std::list<std::thread> threads_ ABSL_GUARDED_BY(mu_);
-  std::list<std::thread> finished_ ABSL_GUARDED_BY(mu_);
   bool stop_started_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t in_flight_at_stop_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_all_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::function<void()>> on_stopping_ ABSL_GUARDED_BY(mu_);
+
+  // Last: destroyed first, joining every job thread before anything above
+  // goes away.
+  std::unique_ptr<JobThreads> threads_;
 };
 
 }  // namespace cfdb::worker

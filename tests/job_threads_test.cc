@@ -1,0 +1,99 @@
+// JobThreads: reuse, no waiting behind a busy thread, the limit, nice.
+#include "job_threads.h"
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace cfdb::worker {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+// WaitParked waits until every thread of `threads` waits for a task.
+void WaitParked(const JobThreads& threads) {
+  const absl::Time deadline = absl::Now() + kTimeout;
+  while (threads.parked() != threads.threads() && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+TEST(JobThreadsTest, SequentialTasksReuseOneParkedThread) {
+  JobThreads threads(4, 0);
+  std::set<std::thread::id> ran_on;
+  for (int i = 0; i < 20; ++i) {
+    absl::Notification done;
+    ASSERT_TRUE(threads.Post([&] {
+      ran_on.insert(std::this_thread::get_id());
+      done.Notify();
+    }));
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(kTimeout));
+    WaitParked(threads);
+  }
+  EXPECT_EQ(ran_on.size(), 1u);
+  EXPECT_EQ(threads.threads(), 1u);
+}
+
+TEST(JobThreadsTest, ATaskNeverWaitsBehindABusyThread) {
+  JobThreads threads(2, 0);
+  absl::Notification release_first, second_ran;
+  ASSERT_TRUE(threads.Post([&] { release_first.WaitForNotification(); }));
+  ASSERT_TRUE(threads.Post([&] { second_ran.Notify(); }));
+  EXPECT_TRUE(second_ran.WaitForNotificationWithTimeout(kTimeout))
+      << "the second task waited for the first";
+  EXPECT_EQ(threads.threads(), 2u);
+  release_first.Notify();
+}
+
+TEST(JobThreadsTest, RefusesATaskThatWouldNeedAThreadPastTheLimit) {
+  JobThreads threads(1, 0);
+  absl::Notification release, started;
+  ASSERT_TRUE(threads.Post([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }));
+  ASSERT_TRUE(started.WaitForNotificationWithTimeout(kTimeout));
+  bool ran = false;
+  EXPECT_FALSE(threads.Post([&] { ran = true; }));
+  release.Notify();
+  EXPECT_FALSE(ran);
+}
+
+TEST(JobThreadsTest, DestructionRunsWhatIsQueuedAndJoins) {
+  std::atomic<int> ran{0};
+  {
+    JobThreads threads(3, 0);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(threads.Post([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ++ran;
+      }));
+    }
+  }
+  EXPECT_EQ(ran.load(), 3);
+}
+
+TEST(JobThreadsTest, AddsItsNiceToTheThreadsItRunsTasksOn) {
+  errno = 0;
+  const int base = getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  if (base > 16) GTEST_SKIP() << "the test runs at nice " << base;
+  JobThreads threads(1, 3);
+  int seen = -100;
+  absl::Notification done;
+  ASSERT_TRUE(threads.Post([&] {
+    seen = getpriority(PRIO_PROCESS, 0);
+    done.Notify();
+  }));
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kTimeout));
+  EXPECT_EQ(seen, base + 3);
+  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), base) << "the caller is untouched";
+}
+
+}  // namespace
+}  // namespace cfdb::worker
