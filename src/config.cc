@@ -64,7 +64,8 @@ const std::vector<Knob>& KnobTable() {
        "most jobs in flight at once, >= 1 (default: number of CPUs)"},
       {"--task-kill-grace-seconds", "CFDB_WORKER_TASK_KILL_GRACE_SECONDS",
        "10", "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"},
-      {"--job-nice", "CFDB_WORKER_JOB_NICE", "10",
+      {"--job-nice", "CFDB_WORKER_JOB_NICE",
+       absl::StrCat(WorkerOptions{}.job_nice),
        "added to the nice value of jobs, 0..19, so Idle, Stop and health "
        "answers get the CPU first"},
       {"--log-level", "CFDB_WORKER_LOG_LEVEL", "info",

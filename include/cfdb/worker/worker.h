@@ -75,9 +75,9 @@ struct WorkerOptions {
   Duration task_kill_grace = std::chrono::seconds(10);
   // Added to the nice value of the threads jobs run on, and so of the
   // processes they spawn (Linux keeps nice per thread), so that under load
-  // the CPU goes to Idle, Stop and health answers first. 0 leaves it alone;
-  // lowering it below the process's own needs CAP_SYS_NICE (a warning).
-  int job_nice = 0;
+  // the CPU goes to Idle, Stop and health answers first; costs a job nothing
+  // while the CPU has room. 0 leaves it alone. 0..19.
+  int job_nice = 10;
 };
 
 // StopSummary says what a stop did to the jobs that were in flight.
