@@ -6,8 +6,12 @@ set(CFDB_SANITIZE "" CACHE STRING
   "Sanitizers to build with: empty, address,undefined, or thread")
 set_property(CACHE CFDB_SANITIZE PROPERTY STRINGS "" "address,undefined" "thread")
 
+# UBSan's vptr check is left out: its slow path asks whether a vtable is
+# readable by writing it to a pipe(2), so in a process out of descriptors
+# (FaultDaemonTest.TinyFdLimitFailsAJobNotTheDaemon) it reports sound objects
+# as having an "invalid vptr". ASan still catches calls on freed objects.
 if(CFDB_SANITIZE STREQUAL "address,undefined")
-  set(CFDB_SANITIZE_FLAGS -fsanitize=address,undefined
+  set(CFDB_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize=vptr
     -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 elseif(CFDB_SANITIZE STREQUAL "thread")
   set(CFDB_SANITIZE_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
