@@ -113,6 +113,12 @@ def main():
                  f"{fmt(l99)} µs (p50 {fmt(c('Idle/UnderStreamingLoad', 'p50_us'))} µs)",
                  f"{fmt(i99)} µs (`Idle` p99, idle worker)",
                  f"{l99 / i99:.2f}×", "≤ 3×", verdict(l99 / i99 <= 3)))
+    u99 = c("Idle/UnderCpuLoad", "p99_us")
+    rows.append((f"`Idle` p99 while {int(c('Idle/UnderCpuLoad', 'jobs'))} jobs burn CPU "
+                 "without output (a shell loop at the default `--job-nice` 10)",
+                 f"{fmt(u99)} µs (p50 {fmt(c('Idle/UnderCpuLoad', 'p50_us'))} µs)",
+                 f"{fmt(i99)} µs (`Idle` p99, idle worker)",
+                 f"{u99 / i99:.2f}×", "≤ 3×", verdict(u99 / i99 <= 3)))
     for threads in (1, 2):
         d = c("Docket/AdmitRelease", "real_time", threads)
         allocs = c("Docket/AdmitRelease", "allocs_per_op", threads)
@@ -138,6 +144,11 @@ def main():
                  f"{fmt(ew)} µs (p99 {fmt(c('ExecTrue/WorkerConnection', 'p99_us'))} µs)",
                  f"{fmt(ep)} µs (`posix_spawn` + `waitpid`)",
                  f"{ew / ep:.2f}×, +{fmt(ew - ep)} µs", "≤ 1.5×", verdict(ew / ep <= 1.5)))
+    er, ed = c("ExecTrue/RunExecDirect", "p50_us"), c("ExecTrue/WorkerDirect", "p50_us")
+    rows.append(("the same without gRPC (p50): `RunExec` alone; via `Worker::Dispatch`",
+                 f"{fmt(er)} µs; {fmt(ed)} µs",
+                 f"{fmt(ep)} µs (same floor)",
+                 f"{er / ep:.2f}×; {ed / ep:.2f}×", "— (where the time goes)", "—"))
     sw, sc = med(st["worker_mib_per_s"]), med(st["cat_mib_per_s"])
     growth = max(st["worker_rss_growth_kib"]) / 1024
     rows.append((f"stdout of `cat` on {st['mib'] // 1024} GiB, through `dispatch`",

@@ -143,18 +143,25 @@ void SetDeadline(grpc::ClientContext& context) {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
-// IdleLoop times IdleTime calls on `connection`.
-void IdleLoop(benchmark::State& state, WorkerConnection& connection) {
+// TimedLoop calls `call` once per iteration and times it; `call` returns
+// whether it succeeded. Sets p50_us, p99_us and errors.
+template <typename Call>
+void TimedLoop(benchmark::State& state, Call call) {
   std::vector<double> us;
   us.reserve(state.max_iterations);
   long errors = 0;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    errors += !connection.IdleTime(std::chrono::seconds(5)).ok();
+    errors += !call();
     us.push_back(Micros(Clock::now() - t0));
   }
   Percentiles(state, std::move(us));
   state.counters["errors"] = errors;
+}
+
+// IdleLoop times IdleTime calls on `connection`.
+void IdleLoop(benchmark::State& state, WorkerConnection& connection) {
+  TimedLoop(state, [&] { return connection.IdleTime(std::chrono::seconds(5)).ok(); });
 }
 
 // --- Idle round trip -------------------------------------------------------
@@ -165,19 +172,12 @@ void BM_Idle_WorkerConnection(benchmark::State& state) {
 
 void BM_Idle_BareStub(benchmark::State& state) {
   v1::Worker::Stub& stub = BareEnv::Shared().stub();
-  std::vector<double> us;
-  us.reserve(state.max_iterations);
-  long errors = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
+  TimedLoop(state, [&] {
     grpc::ClientContext context;
     SetDeadline(context);
     v1::IdleTime reply;
-    errors += !stub.Idle(&context, v1::IdleRequest(), &reply).ok();
-    us.push_back(Micros(Clock::now() - t0));
-  }
-  Percentiles(state, std::move(us));
-  state.counters["errors"] = errors;
+    return stub.Idle(&context, v1::IdleRequest(), &reply).ok();
+  });
 }
 
 // Idle while the worker runs max_concurrent_tasks (= the CPU count, serve's
@@ -220,6 +220,32 @@ void BM_Idle_UnderStreamingLoad(benchmark::State& state) {
   state.counters["jobs"] = static_cast<double>(env.worker().docket().in_flight());
   env.worker().Stop(Duration::zero());
   for (std::thread& t : streams) t.join();
+}
+
+// Idle while the worker runs max_concurrent_tasks jobs that only burn CPU
+// (a shell loop, no output): what --job-nice buys when jobs saturate the
+// CPUs without streaming.
+void BM_Idle_UnderCpuLoad(benchmark::State& state) {
+  const std::size_t tasks = std::max(1u, std::thread::hardware_concurrency());
+  WorkerEnv env(tasks);
+  std::unique_ptr<WorkerConnection> job_connection = *WorkerConnection::Open(
+      "ipv4:127.0.0.1:" + std::to_string(env.port()));
+  std::vector<std::thread> jobs;
+  for (std::size_t i = 0; i < tasks; ++i) {
+    jobs.emplace_back([&] {
+      (void)job_connection->Dispatch(
+          ExecRequest({"sh", "-c", "while :; do :; done"}), {},
+          std::chrono::seconds(300));
+    });
+  }
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  while (env.worker().docket().in_flight() < tasks && Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  IdleLoop(state, env.connection());
+  state.counters["jobs"] = static_cast<double>(env.worker().docket().in_flight());
+  env.worker().Stop(Duration::zero());
+  for (std::thread& t : jobs) t.join();
 }
 
 // --- Docket Admit/Release ----------------------------------------------------
@@ -307,7 +333,8 @@ void BM_NoopJob_BareStream(benchmark::State& state) {
 // much of a no-op job's time is the worker's own.
 class DirectJob final : public Job {
  public:
-  DirectJob() : Job(NoopRequest(), std::chrono::seconds(1)) {}
+  explicit DirectJob(JobRequest request = NoopRequest())
+      : Job(std::move(request), std::chrono::seconds(1)) {}
   void OnAccepted() override {}
   EmitResult Emit(OutputStream, std::string_view, TimePoint) override {
     return EmitResult::kSent;
@@ -346,36 +373,44 @@ void BM_NoopJob_WorkerDirect(benchmark::State& state) {
 void BM_ExecTrue_WorkerConnection(benchmark::State& state) {
   WorkerConnection& connection = WorkerEnv::Shared().connection();
   const JobRequest request = ExecRequest({"/bin/true"});
-  std::vector<double> us;
-  us.reserve(state.max_iterations);
-  long errors = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
+  TimedLoop(state, [&] {
     absl::StatusOr<JobOutcome> outcome =
         connection.Dispatch(request, {}, std::chrono::seconds(30));
-    us.push_back(Micros(Clock::now() - t0));
-    errors += !outcome.ok() || outcome->ShellStatus() != 0;
-  }
-  Percentiles(state, std::move(us));
-  state.counters["errors"] = errors;
+    return outcome.ok() && outcome->ShellStatus() == 0;
+  });
+}
+
+// RunExec alone, in the benchmark's thread: no gRPC, no job thread. Says how
+// much of an exec job's time is spawning and watching the program.
+void BM_ExecTrue_RunExecDirect(benchmark::State& state) {
+  const JobRequest request = ExecRequest({"/bin/true"});
+  TimedLoop(state, [&] {
+    DirectJob job(request);
+    return RunExec(job).ShellStatus() == 0;
+  });
+}
+
+// The worker without gRPC: Worker::Dispatch, a job thread, RunExec.
+void BM_ExecTrue_WorkerDirect(benchmark::State& state) {
+  Worker& worker = WorkerEnv::Shared().worker();
+  const JobRequest request = ExecRequest({"/bin/true"});
+  TimedLoop(state, [&] {
+    auto job = std::make_shared<DirectJob>(request);
+    if (!worker.Dispatch(job).ok()) return false;
+    job->WaitDone();
+    return true;
+  });
 }
 
 void BM_ExecTrue_PosixSpawnWaitpid(benchmark::State& state) {
   char arg0[] = "/bin/true";
   char* argv[] = {arg0, nullptr};
-  std::vector<double> us;
-  us.reserve(state.max_iterations);
-  long errors = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
+  TimedLoop(state, [&] {
     pid_t pid = 0;
     int status = 0;
-    errors += posix_spawn(&pid, argv[0], nullptr, nullptr, argv, environ) != 0 ||
-              waitpid(pid, &status, 0) != pid || status != 0;
-    us.push_back(Micros(Clock::now() - t0));
-  }
-  Percentiles(state, std::move(us));
-  state.counters["errors"] = errors;
+    return posix_spawn(&pid, argv[0], nullptr, nullptr, argv, environ) == 0 &&
+           waitpid(pid, &status, 0) == pid && status == 0;
+  });
 }
 
 // --- Backoff::Wait noticing a stop ------------------------------------------------
@@ -417,6 +452,8 @@ void Register() {
       ->Iterations(idle_calls)->Unit(benchmark::kMicrosecond);
   RegisterBenchmark("Idle/UnderStreamingLoad", BM_Idle_UnderStreamingLoad)
       ->Iterations(Scaled(1500))->Unit(benchmark::kMicrosecond)->UseRealTime();
+  RegisterBenchmark("Idle/UnderCpuLoad", BM_Idle_UnderCpuLoad)
+      ->Iterations(Scaled(1500))->Unit(benchmark::kMicrosecond)->UseRealTime();
 
   const double min_time = g_scale > 1 ? 0.001 : 0.2;
   for (int threads : {1, 2}) {
@@ -444,6 +481,10 @@ void Register() {
   }
 
   RegisterBenchmark("ExecTrue/WorkerConnection", BM_ExecTrue_WorkerConnection)
+      ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();
+  RegisterBenchmark("ExecTrue/RunExecDirect", BM_ExecTrue_RunExecDirect)
+      ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();
+  RegisterBenchmark("ExecTrue/WorkerDirect", BM_ExecTrue_WorkerDirect)
       ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();
   RegisterBenchmark("ExecTrue/PosixSpawnWaitpid", BM_ExecTrue_PosixSpawnWaitpid)
       ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();

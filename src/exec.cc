@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -154,8 +155,15 @@ struct Output {
   OutputStream stream;
   Fd fd;
   std::string pending;
-  std::string buffer;  // reused for reads
 };
+
+// ReadBuffer is the calling thread's buffer for pipe reads, kChunkBytes
+// long: made once per job thread and reused by every job it runs, never
+// zero-filled, so a job that prints little touches few of its pages.
+char* ReadBuffer() {
+  thread_local const std::unique_ptr<char[]> buffer(new char[kChunkBytes]);
+  return buffer.get();
+}
 
 // Run is one running program.
 class Run {
@@ -247,10 +255,10 @@ class Run {
   // (discarded once the job is cancelled). Returns false when nothing was
   // read: at EOF (the descriptor is then closed) or when nothing is ready.
   bool ReadChunk(Output& o) {
-    o.buffer.resize(kChunkBytes);
+    char* const buffer = ReadBuffer();
     size_t got = 0;
     while (got < kChunkBytes) {
-      const ssize_t n = read(o.fd.get(), o.buffer.data() + got, kChunkBytes - got);
+      const ssize_t n = read(o.fd.get(), buffer + got, kChunkBytes - got);
       if (n > 0) {
         got += static_cast<size_t>(n);
         continue;
@@ -259,7 +267,7 @@ class Run {
       if (n == 0 || errno != EAGAIN) o.fd.Reset();
       break;
     }
-    if (got > 0 && !cancel_reason_) o.pending.assign(o.buffer.data(), got);
+    if (got > 0 && !cancel_reason_) o.pending.assign(buffer, got);
     return got > 0;
   }
 
