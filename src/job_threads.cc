@@ -3,7 +3,7 @@
 #include <sys/resource.h>
 #include <cerrno>
 #include <cstring>
-#include <system_error>
+#include <exception>
 
 #include "spdlog/spdlog.h"
 
@@ -24,16 +24,21 @@ JobThreads::~JobThreads() {
 
 bool JobThreads::Post(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(std::move(task));
-  // Every queued task has a parked thread of its own, or gets a new one.
-  if (queue_.size() <= parked_) return true;
-  if (threads_.size() < limit_) {
-    try {
-      threads_.emplace_back([this] { Loop(); });
-      return true;
-    } catch (const std::system_error& e) {
-      spdlog::error("no thread for a job: {}", e.what());
-    }
+  try {
+    queue_.push_back(std::move(task));
+  } catch (const std::exception& e) {
+    spdlog::error("no room to queue a job: {}", e.what());
+    return false;
+  }
+  // Every queued task has a parked thread of its own, or gets a new one. At
+  // the limit one thread is past its last task (the caller keeps at most
+  // `limit_` in flight) and takes this one when it parks.
+  if (queue_.size() <= parked_ || threads_.size() >= limit_) return true;
+  try {
+    threads_.emplace_back([this] { Loop(); });
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("no thread for a job: {}", e.what());
   }
   queue_.pop_back();
   return false;

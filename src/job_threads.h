@@ -14,8 +14,10 @@ namespace cfdb::worker {
 
 // JobThreads runs tasks on up to `limit` threads, made on demand and kept
 // for reuse, so a job costs a handoff to a parked thread rather than a
-// thread's creation and join. A task never waits behind another: Post makes
-// a thread when none is parked. Thread-safe.
+// thread's creation and join. The caller keeps at most `limit` tasks queued
+// or running (the Worker's docket does); then a task never waits behind
+// another: Post makes a thread when none is parked, and at the limit one
+// thread has finished its task and is about to park. Thread-safe.
 class JobThreads {
  public:
   // `nice` is added to each thread's nice value when it starts (children it
@@ -26,9 +28,9 @@ class JobThreads {
   JobThreads(const JobThreads&) = delete;
   JobThreads& operator=(const JobThreads&) = delete;
 
-  // Post queues `task` for a parked thread or a new one. Returns false, with
-  // nothing queued, when a new thread was needed and could not be made
-  // (limit reached or the system refused).
+  // Post queues `task` for a parked thread, a new one, or (at the limit) the
+  // thread finishing its task. Returns false, with nothing queued, when a new
+  // thread was needed and the system refused it (or memory ran out).
   bool Post(std::function<void()> task);
 
   // threads returns how many threads exist; parked, how many of them wait
