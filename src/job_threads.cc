@@ -1,6 +1,7 @@
 #include "job_threads.h"
 
 #include <sys/resource.h>
+
 #include <cerrno>
 #include <cstring>
 #include <exception>
