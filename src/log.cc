@@ -1,6 +1,7 @@
 #include "cfdb/worker/log.h"
 
 #include <atomic>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "grpc/support/log.h"
@@ -91,8 +92,10 @@ void GrpcLog(gpr_log_func_args* args) {
 
 }  // namespace
 
-void LogEvent(spdlog::level::level_enum level, std::string_view message,
-              std::initializer_list<LogField> fields) {
+namespace {
+
+void Log(spdlog::level::level_enum level, std::string_view message,
+         std::span<const LogField> fields) {
   spdlog::logger* logger = spdlog::default_logger_raw();
   if (!logger->should_log(level)) return;
   if (json_format.load()) {
@@ -113,6 +116,18 @@ void LogEvent(spdlog::level::level_enum level, std::string_view message,
   }
   if (fields.size() > 0) text += ")";
   logger->log(level, "{}", text);
+}
+
+}  // namespace
+
+void LogEvent(spdlog::level::level_enum level, std::string_view message,
+              std::initializer_list<LogField> fields) {
+  Log(level, message, std::span<const LogField>(fields.begin(), fields.size()));
+}
+
+void LogEvent(spdlog::level::level_enum level, std::string_view message,
+              const std::vector<LogField>& fields) {
+  Log(level, message, fields);
 }
 
 absl::Status SetUpLogging(std::string_view level, LogFormat format) {

@@ -160,18 +160,21 @@ ReaperExit Reaper::Run() {
       why = std::string(ExitReasonName(exit.reason));
   }
   const std::string drain =
-      exit.reason == ExitReason::kStopRpc ? "with the caller's grace"
+      exit.reason == ExitReason::kStopRpc ? "with the Stop call's grace"
       : exit.grace < Duration::zero()
           ? "without limit"
           : absl::StrFormat("with grace %.3f s", ToSeconds(exit.grace));
-  LogEvent(spdlog::level::info, absl::StrCat("exiting: ", why, "; draining ", drain),
-           {{"exit_reason", std::string(ExitReasonName(exit.reason))},
-            {"idle_seconds", exit.idle_seconds},
-            {"idle_timeout_seconds", ToSeconds(options_.idle_timeout)},
-            {"max_lifetime_seconds", ToSeconds(options_.max_lifetime)},
-            {"grace_seconds", exit.reason == ExitReason::kStopRpc
-                                  ? -1.0
-                                  : ToSeconds(exit.grace)}});
+  std::vector<LogField> fields = {
+      {"exit_reason", std::string(ExitReasonName(exit.reason))},
+      {"idle_seconds", exit.idle_seconds},
+      {"idle_timeout_seconds", ToSeconds(options_.idle_timeout)},
+      {"max_lifetime_seconds", ToSeconds(options_.max_lifetime)}};
+  // A Stop call drains with its own grace, logged when the call came in.
+  if (exit.reason != ExitReason::kStopRpc) {
+    fields.push_back({"grace_seconds", ToSeconds(exit.grace)});
+  }
+  LogEvent(spdlog::level::info,
+           absl::StrCat("exiting: ", why, "; draining ", drain), fields);
   if (exit.reason != ExitReason::kStopRpc) stop_(exit.grace);
   return exit;
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "spdlog/spdlog.h"
@@ -45,6 +46,9 @@ struct LogField {
 // text becomes the "message" field.
 void LogEvent(spdlog::level::level_enum level, std::string_view message,
               std::initializer_list<LogField> fields = {});
+// The same, with fields put together at run time.
+void LogEvent(spdlog::level::level_enum level, std::string_view message,
+              const std::vector<LogField>& fields);
 
 // SetUpLogging makes spdlog's default logger write to stderr at `level`
 // ("info", ...; INVALID_ARGUMENT otherwise) in `format`, and routes gRPC's
