@@ -180,52 +180,14 @@ void BM_Idle_BareStub(benchmark::State& state) {
   });
 }
 
-// Idle while the worker runs max_concurrent_tasks (= the CPU count, serve's
-// default) exec jobs that stream `cat /dev/zero` to clients reading as fast
-// as they can. Stop(0) cancels them at the end. The streams use a channel of
-// their own ("ipv4:" target, so the pool keeps it apart), as the serve loop's
-// self-poll does: on a shared HTTP/2 connection the Idle calls would queue
-// behind the streamed data.
-void BM_Idle_UnderStreamingLoad(benchmark::State& state) {
-  const std::size_t tasks = std::max(1u, std::thread::hardware_concurrency());
-  WorkerEnv env(tasks);
-  std::unique_ptr<WorkerConnection> stream_connection = *WorkerConnection::Open(
-      "ipv4:127.0.0.1:" + std::to_string(env.port()));
-  std::atomic<long> streamed{0};
-  std::vector<std::thread> streams;
-  for (std::size_t i = 0; i < tasks; ++i) {
-    streams.emplace_back([&] {
-      DispatchCallbacks callbacks{
-          .on_output = [&](OutputStream, std::string_view data) {
-            streamed.fetch_add(static_cast<long>(data.size()),
-                               std::memory_order_relaxed);
-          }};
-      // Bounded by the client's own timeout too.
-      (void)stream_connection->Dispatch(ExecRequest({"cat", "/dev/zero"}),
-                                      callbacks, std::chrono::seconds(300));
-    });
-  }
-  // Measure only once every job streams.
-  const auto give_up = Clock::now() + std::chrono::seconds(10);
-  while (env.worker().docket().in_flight() < tasks && Clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  const long before = streamed.load();
-  const auto t0 = Clock::now();
-  IdleLoop(state, env.connection());
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - t0).count();
-  state.counters["stream_MiB_per_s"] =
-      (streamed.load() - before) / seconds / (1 << 20);
-  state.counters["jobs"] = static_cast<double>(env.worker().docket().in_flight());
-  env.worker().Stop(Duration::zero());
-  for (std::thread& t : streams) t.join();
-}
-
-// Idle while the worker runs max_concurrent_tasks jobs that only burn CPU
-// (a shell loop, no output): what --job-nice buys when jobs saturate the
-// CPUs without streaming.
-void BM_Idle_UnderCpuLoad(benchmark::State& state) {
+// IdleUnderJobs times Idle while the worker runs max_concurrent_tasks (= the
+// CPU count, serve's default) exec jobs of `argv`, each output chunk going
+// to `on_output`; Stop(0) cancels them at the end. The jobs use a channel of
+// their own ("ipv4:" target, so the pool keeps it apart), as the serve
+// loop's self-poll does: on a shared HTTP/2 connection the Idle calls would
+// queue behind streamed data.
+void IdleUnderJobs(benchmark::State& state, std::vector<std::string> argv,
+                   const DispatchCallbacks& callbacks) {
   const std::size_t tasks = std::max(1u, std::thread::hardware_concurrency());
   WorkerEnv env(tasks);
   std::unique_ptr<WorkerConnection> job_connection = *WorkerConnection::Open(
@@ -233,11 +195,12 @@ void BM_Idle_UnderCpuLoad(benchmark::State& state) {
   std::vector<std::thread> jobs;
   for (std::size_t i = 0; i < tasks; ++i) {
     jobs.emplace_back([&] {
-      (void)job_connection->Dispatch(
-          ExecRequest({"sh", "-c", "while :; do :; done"}), {},
-          std::chrono::seconds(300));
+      // Bounded by the client's own timeout too.
+      (void)job_connection->Dispatch(ExecRequest(argv), callbacks,
+                                     std::chrono::seconds(300));
     });
   }
+  // Measure only once every job runs.
   const auto give_up = Clock::now() + std::chrono::seconds(10);
   while (env.worker().docket().in_flight() < tasks && Clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -246,6 +209,28 @@ void BM_Idle_UnderCpuLoad(benchmark::State& state) {
   state.counters["jobs"] = static_cast<double>(env.worker().docket().in_flight());
   env.worker().Stop(Duration::zero());
   for (std::thread& t : jobs) t.join();
+}
+
+// Idle while the jobs stream `cat /dev/zero` to clients reading as fast as
+// they can.
+void BM_Idle_UnderStreamingLoad(benchmark::State& state) {
+  std::atomic<long> streamed{0};
+  const DispatchCallbacks callbacks{
+      .on_output = [&](OutputStream, std::string_view data) {
+        streamed.fetch_add(static_cast<long>(data.size()),
+                           std::memory_order_relaxed);
+      }};
+  const auto t0 = Clock::now();
+  IdleUnderJobs(state, {"cat", "/dev/zero"}, callbacks);
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
+  state.counters["stream_MiB_per_s"] = streamed.load() / seconds / (1 << 20);
+}
+
+// Idle while the jobs only burn CPU (a shell loop, no output): what
+// --job-nice buys when jobs saturate the CPUs without streaming.
+void BM_Idle_UnderCpuLoad(benchmark::State& state) {
+  IdleUnderJobs(state, {"sh", "-c", "while :; do :; done"}, {});
 }
 
 // --- Docket Admit/Release ----------------------------------------------------

@@ -34,6 +34,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "test_job.h"
+#include "wait_for.h"
 #include "wire.h"
 
 namespace cfdb::worker {
@@ -52,17 +53,7 @@ constexpr auto kTimeout = seconds(30);
 
 TimePoint Now() { return std::chrono::steady_clock::now(); }
 
-// WaitFor polls `done` until it is true or `timeout` passes; returns its last
-// value. For conditions on other processes (/proc), which cannot notify us.
-template <typename Predicate>
-bool WaitFor(Predicate done, Duration timeout = kTimeout) {
-  const TimePoint deadline = Now() + timeout;
-  while (!done()) {
-    if (Now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return true;
-}
+using testing::WaitFor;
 
 // ProcStatusKib returns a "Name: N kB" field of /proc/<pid>/status.
 std::optional<int64_t> ProcStatusKib(pid_t pid, std::string_view field) {

@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "wait_for.h"
 
 namespace cfdb::worker {
 namespace {
@@ -17,14 +18,10 @@ namespace {
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
 // WaitParked waits until every thread of `threads` waits for a task;
-// false after kTimeout.
+// false after 30 s.
 bool WaitParked(const JobThreads& threads) {
-  const absl::Time deadline = absl::Now() + kTimeout;
-  while (threads.parked() != threads.threads()) {
-    if (absl::Now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
+  return testing::WaitFor(
+      [&] { return threads.parked() == threads.threads(); });
 }
 
 TEST(JobThreadsTest, SequentialTasksReuseOneParkedThread) {
@@ -64,13 +61,14 @@ TEST(JobThreadsTest, ATaskNeverWaitsBehindABusyThread) {
 // for that thread, not be refused.
 TEST(JobThreadsTest, AtTheLimitATaskGoesToTheThreadFinishingItsTask) {
   JobThreads threads(1, 0);
-  absl::Notification released, second_ran;
+  absl::Notification released, posted, second_ran;
   ASSERT_TRUE(threads.Post([&] {
-    released.Notify();  // the docket's Release
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    released.Notify();            // the docket's Release
+    posted.WaitForNotification();  // the thread is not parked yet
   }));
   ASSERT_TRUE(released.WaitForNotificationWithTimeout(kTimeout));
   EXPECT_TRUE(threads.Post([&] { second_ran.Notify(); }));
+  posted.Notify();
   EXPECT_TRUE(second_ran.WaitForNotificationWithTimeout(kTimeout));
   EXPECT_EQ(threads.threads(), 1u);
 }
@@ -78,13 +76,16 @@ TEST(JobThreadsTest, AtTheLimitATaskGoesToTheThreadFinishingItsTask) {
 TEST(JobThreadsTest, DestructionRunsWhatIsQueuedAndJoins) {
   std::atomic<int> ran{0};
   {
-    JobThreads threads(3, 0);
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(threads.Post([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        ++ran;
-      }));
-    }
+    // One thread held by the first task, so the other two wait in the queue
+    // until it is let go just before the pool is destroyed.
+    JobThreads threads(1, 0);
+    absl::Notification go;
+    ASSERT_TRUE(threads.Post([&] {
+      go.WaitForNotification();
+      ++ran;
+    }));
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(threads.Post([&] { ++ran; }));
+    go.Notify();
   }
   EXPECT_EQ(ran.load(), 3);
 }

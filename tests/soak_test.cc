@@ -37,6 +37,7 @@
 #include "gtest/gtest.h"
 #include "proc_util.h"
 #include "test_job.h"
+#include "wait_for.h"
 #include "wire.h"
 
 namespace cfdb::worker {
@@ -407,10 +408,7 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   channel.reset();
   EXPECT_TRUE(Children(getpid()).empty()) << "no child process or zombie is left";
   // Sockets close asynchronously after the server and channel are gone.
-  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
-  while (OpenFds() > fds_before && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
+  testing::WaitFor([&] { return OpenFds() <= fds_before; });
   const size_t fds_after = OpenFds();
   EXPECT_LE(fds_after, fds_before);
 
