@@ -17,12 +17,27 @@
 namespace cfdb::worker::cli {
 namespace {
 
+// WhatItMeans says what a kind promises about the job, where that is not
+// plain from its name.
+std::string_view WhatItMeans(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kOutcomeUnknown:
+      return " -- the job was accepted and started; whether it finished is "
+             "unknown, so do not resend it blindly";
+    case ErrorKind::kAcceptedDeadlineExceeded:
+      return " -- the job was accepted and started; the worker cancels it now "
+             "that the call has ended";
+    default:
+      return "";
+  }
+}
+
 // Fail reports a failed call in one line and returns its exit code.
 int Fail(Rpc rpc, std::string_view address, const absl::Status& status) {
   const ErrorKind kind = ClassifyError(rpc, status);
   std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind)
             << " (" << absl::StatusCodeToString(status.code())
-            << "): " << status.message() << "\n";
+            << "): " << status.message() << WhatItMeans(kind) << "\n";
   return ExitCodeFor(kind);
 }
 
@@ -31,16 +46,16 @@ constexpr Duration kRetryInitialDelay = std::chrono::milliseconds(500);
 constexpr Duration kRetryMaxDelay = std::chrono::seconds(10);
 
 // WithRetries calls `call` until it succeeds, fails with other than a
-// transient error, `retryable` says no, or `attempts` calls were made.
+// transient error, or `attempts` calls were made. A job the worker accepted
+// is never sent twice: a failure after acceptance is not transient.
 template <typename Call>
-auto WithRetries(const ClientOptions& options, Rpc rpc, Call call,
-                 const std::function<bool()>& retryable = [] { return true; })
+auto WithRetries(const ClientOptions& options, Rpc rpc, Call call)
     -> decltype(call()) {
   Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
   Shutdown never;  // Ctrl-C ends a client through the default disposition.
   for (int attempt = 1;; ++attempt) {
     auto result = call();
-    if (result.ok() || attempt >= options.attempts || !retryable() ||
+    if (result.ok() || attempt >= options.attempts ||
         !IsTransient(ClassifyError(rpc, result.status()))) {
       return result;
     }
@@ -137,10 +152,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   if (!connection.ok()) {
     return Fail(Rpc::kDispatch, options.address, connection.status());
   }
-  // A job the worker accepted is never sent twice: only refusals are retried.
-  bool accepted = false;
   DispatchCallbacks callbacks;
-  callbacks.on_accepted = [&accepted] { accepted = true; };
   callbacks.on_output = [](OutputStream stream, std::string_view data) {
     WriteAll(stream == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO,
              data);
@@ -149,8 +161,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   if (options.timeout > Duration::zero()) timeout = options.timeout;
   absl::StatusOr<JobOutcome> outcome = WithRetries(
       options, Rpc::kDispatch,
-      [&] { return (*connection)->Dispatch(request, callbacks, timeout); },
-      [&accepted] { return !accepted; });
+      [&] { return (*connection)->Dispatch(request, callbacks, timeout); });
   if (!outcome.ok()) return Fail(Rpc::kDispatch, options.address, outcome.status());
   if (outcome->kind == JobOutcome::Kind::kFailed) {
     std::cerr << "cfdb-worker: job " << request.job_id << " "

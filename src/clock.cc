@@ -19,6 +19,32 @@ double ToSeconds(Duration duration) {
   return std::chrono::duration_cast<Seconds>(duration).count();
 }
 
+namespace {
+
+// MutexRef lets std::condition_variable_any release and take an absl::Mutex
+// the caller holds.
+struct MutexRef {
+  absl::Mutex& mu;
+  void lock() ABSL_NO_THREAD_SAFETY_ANALYSIS { mu.Lock(); }
+  void unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS { mu.Unlock(); }
+};
+
+// Waits are cut into pieces of at most a day, so a far deadline never
+// overflows the conversion to the kernel's timespec.
+constexpr Duration kLongestWait = std::chrono::hours(24);
+
+}  // namespace
+
+bool CondVar::WaitUntil(absl::Mutex& mu, TimePoint deadline) {
+  const TimePoint now = std::chrono::steady_clock::now();
+  if (now >= deadline) return false;
+  MutexRef ref{mu};
+  const TimePoint until =
+      deadline - now > kLongestWait ? now + kLongestWait : deadline;
+  cv_.wait_until(ref, until);
+  return std::chrono::steady_clock::now() < deadline;
+}
+
 const SteadyClock& SteadyClock::Get() {
   static const SteadyClock clock;
   return clock;

@@ -1,8 +1,11 @@
 #include "cfdb/worker/connection.h"
 
+#include <grpc/support/time.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cfdb/worker/errors.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "wire.h"
@@ -43,10 +46,11 @@ class ChannelPool {
 };
 
 void SetTimeout(grpc::ClientContext& context, Duration timeout) {
-  // gRPC takes an absolute deadline; it turns it back into a relative one.
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::min(timeout, ToDuration(Seconds(1e9)))));
+  // On gRPC's monotonic clock, so a wall-clock step cannot move it.
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::min(timeout, ToDuration(Seconds(1e9))));
+  context.set_deadline(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                    gpr_time_from_nanos(ns.count(), GPR_TIMESPAN)));
 }
 
 absl::Status CheckTimeout(Duration timeout, std::string_view what) {
@@ -153,14 +157,24 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
   }
   auto stubs = impl_->stubs();
   if (!stubs.ok()) return stubs.status();
+  const v1::DispatchRequest message = wire::ToProto(request);
+  // Refused here, once and for good, rather than by gRPC as a
+  // RESOURCE_EXHAUSTED that reads like "retry later".
+  if (const size_t bytes = message.ByteSizeLong(); bytes > wire::kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request is ", bytes, " bytes, more than the limit of ",
+        wire::kMaxMessageBytes, " bytes (stdin travels in the request)"));
+  }
   grpc::ClientContext context;
   if (timeout) SetTimeout(context, *timeout);
   std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
-      (*stubs)->worker->Dispatch(&context, wire::ToProto(request));
+      (*stubs)->worker->Dispatch(&context, message);
   std::optional<JobOutcome> outcome;
+  bool accepted = false;
   v1::DispatchEvent event;
   while (reader->Read(&event)) {
     if (event.has_accepted()) {
+      accepted = true;
       if (callbacks.on_accepted) callbacks.on_accepted();
     } else if (event.has_output()) {
       if (callbacks.on_output) {
@@ -175,8 +189,13 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
   }
   grpc::Status status = reader->Finish();
   if (outcome) return *outcome;
-  if (!status.ok()) return wire::FromGrpc(status);
-  return absl::DataLossError("the worker closed the stream without an outcome");
+  absl::Status failure =
+      status.ok() ? absl::DataLossError(
+                        "the worker closed the stream without an outcome")
+                  : wire::FromGrpc(status);
+  // After acceptance the job has started: say so in the status itself, so
+  // that no caller mistakes the failure for "not started" (errors.h).
+  return accepted ? MarkAccepted(std::move(failure)) : failure;
 }
 
 absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(

@@ -23,9 +23,14 @@ absl::Status Docket::Admit(Cancellable* job) {
   return absl::OkStatus();
 }
 
-void Docket::Release(Cancellable* job) {
-  absl::MutexLock lock(&mu_);
-  if (jobs_.erase(job) == 1 && jobs_.empty()) empty_since_ = clock_.Now();
+bool Docket::Release(Cancellable* job) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (jobs_.erase(job) == 0 || !jobs_.empty()) return false;
+    empty_since_ = clock_.Now();
+  }
+  emptied_.SignalAll();
+  return true;
 }
 
 Duration Docket::Idle() const {
@@ -59,19 +64,10 @@ std::size_t Docket::CancelAll() {
 
 bool Docket::WaitEmptyUntil(TimePoint deadline) const {
   absl::MutexLock lock(&mu_);
-  auto empty = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return jobs_.empty();
-  };
-  while (!empty()) {
-    const TimePoint now = std::chrono::steady_clock::now();
-    if (deadline != TimePoint::max() && now >= deadline) return false;
-    const auto timeout = deadline == TimePoint::max() ||
-                                 deadline - now > std::chrono::hours(24)
-                             ? absl::Hours(24)
-                             : absl::FromChrono(deadline - now);
-    mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
-  }
-  return true;
+  return emptied_.AwaitUntil(mu_, deadline,
+                             [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                               return jobs_.empty();
+                             });
 }
 
 }  // namespace cfdb::worker

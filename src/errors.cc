@@ -1,39 +1,91 @@
 #include "cfdb/worker/errors.h"
 
+#include <initializer_list>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 
 namespace cfdb::worker {
 
 namespace {
 
-bool HasTlsEvidence(const absl::Status& status) {
+constexpr char kAcceptedPayload[] = "type.cfdb.dev/cfdb.worker.accepted";
+
+bool MentionsAny(const absl::Status& status,
+                 std::initializer_list<const char*> words) {
   const std::string message = absl::AsciiStrToLower(status.message());
-  // gRPC words it as e.g. "Ssl handshake failed" or "Custom verification
-  // check failed with error: UNAUTHENTICATED: Hostname Verification ...".
-  for (const char* word : {"tls", "ssl", "certificate", "handshake",
-                           "verification", "unauthenticated"}) {
+  for (const char* word : words) {
     if (absl::StrContains(message, word)) return true;
   }
   return false;
 }
 
+// gRPC words it as e.g. "Ssl handshake failed" or "Custom verification
+// check failed with error: UNAUTHENTICATED: Hostname Verification ...".
+bool HasTlsEvidence(const absl::Status& status) {
+  return MentionsAny(status, {"tls", "ssl", "certificate", "handshake",
+                              "verification", "unauthenticated"});
+}
+
+// A size limit was hit ("Sent message larger than max (N vs. M)",
+// "Received message larger than max", "received initial metadata size
+// exceeds limit"): the same message fails the same way everywhere.
+bool HasSizeLimitEvidence(const absl::Status& status) {
+  return MentionsAny(status, {"larger than max", "exceeds limit",
+                              "more than the limit"});
+}
+
+// The transport broke under the call; gRPC reports that as UNKNOWN or
+// INTERNAL at times ("Stream removed", "Socket closed", "Broken pipe").
+bool HasTransportEvidence(const absl::Status& status) {
+  return MentionsAny(status, {"stream removed", "socket closed", "connection",
+                              "broken pipe", "goaway", "transport", "end of file",
+                              "cancelling all calls"});
+}
+
+ErrorKind AfterAccepted(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kDeadlineExceeded
+             ? ErrorKind::kAcceptedDeadlineExceeded
+             : ErrorKind::kOutcomeUnknown;
+}
+
 }  // namespace
 
+absl::Status MarkAccepted(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kAcceptedPayload, absl::Cord("1"));
+  return status;
+}
+
+bool Accepted(const absl::Status& status) {
+  return status.GetPayload(kAcceptedPayload).has_value();
+}
+
 ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
-  if (status.code() == absl::StatusCode::kUnauthenticated ||
-      (status.code() == absl::StatusCode::kUnavailable &&
-       HasTlsEvidence(status))) {
+  if (rpc == Rpc::kDispatch && Accepted(status)) return AfterAccepted(status);
+  using C = absl::StatusCode;
+  const C code = status.code();
+  if (code == C::kUnauthenticated ||
+      (code == C::kUnavailable && HasTlsEvidence(status))) {
     return ErrorKind::kHandshakeError;
   }
-  switch (status.code()) {
-    case absl::StatusCode::kUnimplemented:
+  switch (code) {
+    case C::kUnimplemented:
       return rpc == Rpc::kIdle ? ErrorKind::kIdleUnavailable
                                : ErrorKind::kRpcError;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kResourceExhausted:
+    case C::kUnavailable:
+    case C::kDeadlineExceeded:
+    // Our clients never cancel a call of their own accord: a CANCELLED call
+    // was cut off by the worker (its shutdown cancels what is still open).
+    case C::kCancelled:
       return ErrorKind::kTransient;
+    case C::kResourceExhausted:
+      return HasSizeLimitEvidence(status) ? ErrorKind::kRpcError
+                                          : ErrorKind::kTransient;
+    case C::kUnknown:
+    case C::kInternal:
+      return HasTransportEvidence(status) ? ErrorKind::kTransient
+                                          : ErrorKind::kRpcError;
     default:
       return ErrorKind::kRpcError;
   }
@@ -49,6 +101,9 @@ std::string_view ErrorKindName(ErrorKind kind) {
     case ErrorKind::kTransient: return "transient error";
     case ErrorKind::kHandshakeError: return "handshake error";
     case ErrorKind::kRpcError: return "rpc error";
+    case ErrorKind::kOutcomeUnknown: return "accepted, outcome unknown";
+    case ErrorKind::kAcceptedDeadlineExceeded:
+      return "accepted, deadline exceeded";
   }
   return "rpc error";
 }
@@ -59,6 +114,8 @@ int ExitCodeFor(ErrorKind kind) {
     case ErrorKind::kTransient:
     case ErrorKind::kHandshakeError: return 75;
     case ErrorKind::kRpcError: return 76;
+    case ErrorKind::kOutcomeUnknown: return 74;
+    case ErrorKind::kAcceptedDeadlineExceeded: return 73;
   }
   return 76;
 }

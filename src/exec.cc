@@ -1,11 +1,11 @@
-// The "exec" job kind: posix_spawnp + a poll(2) loop over the program's
+// The "exec" job kind: vfork + execve + a poll(2) loop over the program's
 // pipes, its pidfd, the job's cancel descriptor and its timers.
 #include "cfdb/worker/exec.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -23,20 +24,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "job_pids.h"
 
 namespace cfdb::worker {
-
-namespace internal {
-
-absl::Mutex JobPids::mu;
-
-absl::flat_hash_set<pid_t>& JobPids::pids() {
-  static auto* pids = new absl::flat_hash_set<pid_t>;
-  return *pids;
-}
-
-}  // namespace internal
 
 namespace {
 
@@ -90,64 +81,137 @@ void SetNonBlocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-// Spawner holds what posix_spawnp needs and frees it on every path.
-class Spawner {
- public:
-  Spawner() {
-    posix_spawn_file_actions_init(&actions_);
-    posix_spawnattr_init(&attr_);
-  }
-  ~Spawner() {
-    posix_spawn_file_actions_destroy(&actions_);
-    posix_spawnattr_destroy(&attr_);
-  }
-
-  // Spawn starts `spec` with the given ends as fds 0, 1 and 2. Returns the
-  // pid or an errno value.
-  std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
-    posix_spawn_file_actions_adddup2(&actions_, in, STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions_, out, STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions_, err, STDERR_FILENO);
-    if (!spec.cwd.empty()) {
-      posix_spawn_file_actions_addchdir_np(&actions_, spec.cwd.c_str());
-    }
-    // Own process group, no blocked signals, default dispositions: the
-    // worker blocks SIGTERM/SIGINT and ignores SIGPIPE, the job must not.
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setpgroup(&attr_, 0);
-    posix_spawnattr_setsigmask(&attr_, &none);
-    posix_spawnattr_setsigdefault(&attr_, &all);
-    posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETPGROUP |
-                                         POSIX_SPAWN_SETSIGMASK |
-                                         POSIX_SPAWN_SETSIGDEF);
-
-    std::vector<char*> argv;
-    for (const std::string& arg : spec.argv) {
-      argv.push_back(const_cast<char*>(arg.c_str()));
-    }
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings;
-    for (const auto& [name, value] : spec.env) {
-      env_strings.push_back(absl::StrCat(name, "=", value));
-    }
-    std::vector<char*> envp;
-    for (std::string& entry : env_strings) envp.push_back(entry.data());
-    envp.push_back(nullptr);
-
-    pid_t pid = -1;
-    absl::MutexLock lock(&internal::JobPids::mu);
-    const int error = posix_spawnp(&pid, argv[0], &actions_, &attr_,
-                                   argv.data(), envp.data());
-    if (error == 0) internal::JobPids::pids().insert(pid);
-    return {pid, error};
-  }
-
- private:
-  posix_spawn_file_actions_t actions_;
-  posix_spawnattr_t attr_;
+// ChildPlan is everything the child does between vfork(2) and execve(2),
+// prepared by the parent: the child shares the parent's memory until it
+// execs, so it may only make system calls; it allocates nothing and takes no
+// lock.
+struct ChildPlan {
+  int in, out, err;                     // become fds 0, 1 and 2
+  const char* cwd;                      // nullptr: the worker's own
+  std::vector<const char*> candidates;  // paths to execve, in PATH order
+  char* const* argv;
+  char* const* envp;
+  pid_t parent;
+  volatile int error = 0;  // the child's errno when it failed, else 0
 };
+
+// Child runs in the vforked child and never returns.
+[[noreturn]] void Child(ChildPlan& plan) {
+  // Its own process group, so a cancel reaches what it starts too.
+  if (setpgid(0, 0) != 0) {
+    plan.error = errno;
+    _exit(127);
+  }
+  // Dies with the thread that spawned it, so a worker killed outright
+  // (SIGKILL, the OOM killer) does not leave it running; RunExec's caller
+  // blocks until the program is reaped, so that thread outlives it. The
+  // job guard (job_guard.h) kills the rest of its process group.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != plan.parent) _exit(127);
+  // Default dispositions and no blocked signals: the worker blocks
+  // SIGTERM/SIGINT and ignores SIGPIPE, the job must not.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int signo = 1; signo < NSIG; ++signo) {
+    if (signo != SIGKILL && signo != SIGSTOP) {
+      sigaction(signo, &default_action, nullptr);  // glibc's own: EINVAL
+    }
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Above 2 first, so no end is overwritten by another's dup2.
+  const int ends[3] = {fcntl(plan.in, F_DUPFD, 3), fcntl(plan.out, F_DUPFD, 3),
+                       fcntl(plan.err, F_DUPFD, 3)};
+  for (int target = 0; target < 3; ++target) {
+    if (ends[target] < 0 || dup2(ends[target], target) < 0) {
+      plan.error = errno;
+      _exit(127);
+    }
+  }
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) {
+    plan.error = errno;
+    _exit(127);
+  }
+  // Exactly stdin, stdout and stderr reach the program, whatever the
+  // worker inherited without close-on-exec.
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
+    for (int fd = 3; fd < 65536; ++fd) close(fd);
+  }
+  // execvp's search, over paths the parent made: EACCES from one entry is
+  // remembered while the search goes on, as execvp does.
+  int error = ENOENT;
+  bool denied = false;
+  for (const char* path : plan.candidates) {
+    execve(path, plan.argv, plan.envp);
+    error = errno;
+    if (error == EACCES) denied = true;
+    if (error != ENOENT && error != ENOTDIR && error != EACCES &&
+        error != ELOOP && error != ENAMETOOLONG) {
+      break;
+    }
+  }
+  plan.error = denied && (error == ENOENT || error == ENOTDIR) ? EACCES : error;
+  _exit(127);
+}
+
+// Candidates returns the paths execvp would try for `program`: itself when
+// it has a slash, else each entry of the worker's PATH joined with it.
+std::vector<std::string> Candidates(const std::string& program) {
+  if (program.find('/') != std::string::npos) return {program};
+  const char* path = std::getenv("PATH");
+  std::vector<std::string> paths;
+  for (absl::string_view dir :
+       absl::StrSplit(path != nullptr ? path : "/bin:/usr/bin", ':')) {
+    paths.push_back(dir.empty() ? program : absl::StrCat(dir, "/", program));
+  }
+  return paths;
+}
+
+// Spawn starts `spec` with the given ends as fds 0, 1 and 2 and registers
+// its pid (JobPids). Returns the pid or an errno value.
+std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
+  std::vector<char*> argv;
+  for (const std::string& arg : spec.argv) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (const auto& [name, value] : spec.env) {
+    env_strings.push_back(absl::StrCat(name, "=", value));
+  }
+  std::vector<char*> envp;
+  for (std::string& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  const std::vector<std::string> paths = Candidates(spec.argv[0]);
+  ChildPlan plan{.in = in,
+                 .out = out,
+                 .err = err,
+                 .cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
+                 .argv = argv.data(),
+                 .envp = envp.data(),
+                 .parent = getpid()};
+  for (const std::string& path : paths) plan.candidates.push_back(path.c_str());
+
+  // Every signal stays blocked until the child has reset its handlers, so
+  // none of the worker's runs in the child.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  absl::MutexLock lock(&internal::JobPids::mu);
+  const pid_t pid = vfork();
+  if (pid == 0) Child(plan);
+  const int spawn_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return {-1, spawn_errno};
+  if (plan.error != 0) {
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return {-1, plan.error};
+  }
+  internal::JobPids::Add(pid);
+  return {pid, 0};
+}
 
 // Output is one of the program's output pipes and the chunk, if any, that
 // waits for the client to make room.
@@ -345,7 +409,7 @@ class Run {
     }
     {
       absl::MutexLock lock(&internal::JobPids::mu);
-      internal::JobPids::pids().erase(pid_);
+      internal::JobPids::Remove(pid_);
     }
     exited_ = true;
   }
@@ -403,8 +467,8 @@ JobOutcome RunExec(JobContext& ctx) {
     return JobOutcome::Failed(Failure::kStartFailed,
                               absl::StrCat("pipe: ", strerror(errno)));
   }
-  auto [pid, error] = Spawner().Spawn(spec, in->read.get(), out->write.get(),
-                                      err->write.get());
+  auto [pid, error] = Spawn(spec, in->read.get(), out->write.get(),
+                             err->write.get());
   if (error != 0) {
     return JobOutcome::Failed(Failure::kStartFailed,
                               absl::StrCat(spec.argv[0], ": ", strerror(error)));

@@ -40,16 +40,15 @@ absl::StatusOr<std::unique_ptr<OrphanReaper>> OrphanReaper::Start(
 }
 
 OrphanReaper::OrphanReaper(Duration interval)
-    : thread_([this, interval] {
-        while (!stop_.WaitForNotificationWithTimeout(
-            absl::FromChrono(interval))) {
+    : thread_([watcher = stop_.watcher(), interval] {
+        while (watcher.WaitUntil(std::chrono::steady_clock::now() + interval)) {
           SweepOnce();
         }
         SweepOnce();
       }) {}
 
 OrphanReaper::~OrphanReaper() {
-  stop_.Notify();
+  stop_.Stop();
   thread_.join();
 }
 

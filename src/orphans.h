@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "cfdb/worker/clock.h"
+#include "cfdb/worker/shutdown.h"
 
 namespace cfdb::worker {
 
@@ -28,7 +28,7 @@ class OrphanReaper {
 
  private:
   explicit OrphanReaper(Duration interval);
-  absl::Notification stop_;
+  Shutdown stop_;  // waits on the monotonic clock
   std::thread thread_;
 };
 

@@ -175,8 +175,17 @@ ReaperExit Reaper::Run() {
   }
   LogEvent(spdlog::level::info,
            absl::StrCat("exiting: ", why, "; draining ", drain), fields);
-  if (exit.reason != ExitReason::kStopRpc) stop_(exit.grace);
+  if (exit.reason == ExitReason::kIdle ||
+      exit.reason == ExitReason::kMaxLifetime) {
+    stop_({.source = std::string(ExitReasonName(exit.reason)),
+           .grace = exit.grace});
+  }
   return exit;
+}
+
+TimePoint Reaper::lifetime_end() const {
+  if (options_.max_lifetime <= Duration::zero()) return TimePoint::max();
+  return start_ + options_.max_lifetime;
 }
 
 namespace {

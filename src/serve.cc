@@ -3,37 +3,96 @@
 
 #include <csignal>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cfdb/worker/config.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
+#include "cfdb/worker/log.h"
 #include "cfdb/worker/reaper.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/worker.h"
-#include "absl/strings/str_cat.h"
-#include "cfdb/worker/log.h"
 #include "commands.h"
+#include "job_guard.h"
 #include "orphans.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker::cli {
+namespace {
 
 // After the drain, calls still open (e.g. a Stop reply on its way out) get
 // this long to finish before the server cancels them.
 constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
 
+// OnSignal turns each SIGTERM/SIGINT into a stop request: the first drains
+// with the signal grace, counted from its arrival; any later one cancels
+// what is left at once.
+void OnSignal(Worker& worker, Duration signal_grace, int signo, int count) {
+  const std::string name(SignalName(signo));
+  if (count == 1) {
+    worker.RequestStop({.source = name, .grace = signal_grace});
+    return;
+  }
+  spdlog::warn("signal {} during the drain: cancelling what is left", count);
+  worker.RequestStop({.source = absl::StrCat(name, " again"),
+                      .grace = Duration::zero()});
+}
+
+// AwaitDrain waits for the worker's drain to end. A drain begun by a signal
+// or a Stop RPC before the max lifetime is still bounded by it: when the
+// lifetime ends first, it joins the drain as a request of its own.
+DrainReport AwaitDrain(Worker& worker, const Reaper& reaper,
+                       const ReaperExit& exit, Duration lifetime_grace) {
+  if (exit.reason != ExitReason::kMaxLifetime) {
+    if (auto report = worker.WaitDrainedUntil(reaper.lifetime_end())) {
+      return *report;
+    }
+    spdlog::info("max lifetime reached during the drain");
+    worker.RequestStop({.source = std::string(ExitReasonName(
+                            ExitReason::kMaxLifetime)),
+                        .grace = lifetime_grace});
+  }
+  return worker.WaitDrained();
+}
+
+void LogDrain(const DrainReport& report) {
+  LogEvent(spdlog::level::info,
+           absl::StrFormat("drained in %.3f s: %d finished, %d cancelled",
+                           ToSeconds(report.took), report.summary.drained,
+                           report.summary.cancelled),
+           {{"drained", report.summary.drained},
+            {"cancelled", report.summary.cancelled},
+            {"drain_seconds", ToSeconds(report.took)},
+            {"stop_requests", report.requests},
+            {"deadline_source", report.deadline_source}});
+}
+
+}  // namespace
+
 int RunServe(const ServeConfig& config) {
   // A write to a job's closed stdin must not kill the worker.
   std::signal(SIGPIPE, SIG_IGN);
-  // The worker starts no threads until it runs a job. `shutdown` is declared
-  // after it so its signal thread is joined before the worker goes away.
+  // Forked while this is the only thread (the worker starts its drain
+  // thread): it kills the jobs' process groups if this process dies.
+  absl::StatusOr<std::unique_ptr<JobGuard>> guard = JobGuard::Start();
+  if (!guard.ok()) {
+    spdlog::warn("jobs will not be killed if the worker dies outright: {}",
+                 guard.status().ToString());
+  }
+  // Before any thread starts, so every thread inherits the blocked signals.
+  if (absl::Status s = BlockStopSignals(); !s.ok()) {
+    spdlog::error("cannot block signals: {}", s.ToString());
+    return kExitRuntimeFailure;
+  }
+  // `shutdown` is declared after the worker so its signal thread, which
+  // calls the worker, is joined before the worker goes away.
   Worker worker(config.worker);
   Shutdown shutdown;
-  // Before any thread starts, so every thread inherits the blocked signals.
-  absl::Status listening = shutdown.ListenForSignals([&](int count) {
-    spdlog::warn("signal {} during the drain: cancelling what is left", count);
-    worker.Stop(Duration::zero());
-  });
+  absl::Status listening = shutdown.ListenForSignals(
+      [&worker, grace = config.reaper.signal_grace](int signo, int count) {
+        OnSignal(worker, grace, signo, count);
+      });
   if (!listening.ok()) {
     spdlog::error("cannot listen for signals: {}", listening.ToString());
     return kExitRuntimeFailure;
@@ -74,18 +133,13 @@ int RunServe(const ServeConfig& config) {
             {"idle_timeout_seconds", ToSeconds(config.reaper.idle_timeout)},
             {"max_lifetime_seconds", ToSeconds(config.reaper.max_lifetime)}});
 
-  Reaper reaper(
-      config.reaper, SteadyClock::Get(), shutdown.watcher(),
-      SelfPollFactory(config.host, port, credentials),
-      [&](Duration grace) {
-        const StopSummary s = worker.Stop(grace);
-        LogEvent(spdlog::level::info, "drained",
-                 {{"drained", s.drained}, {"cancelled", s.cancelled}});
-      });
-  reaper.Run();
-  // A Stop RPC drains on its own thread: wait for it without changing its
-  // grace.
-  worker.Stop(Duration(-1));
+  Reaper reaper(config.reaper, SteadyClock::Get(), shutdown.watcher(),
+                SelfPollFactory(config.host, port, credentials),
+                [&worker](StopRequest request) {
+                  worker.RequestStop(std::move(request));
+                });
+  const ReaperExit exit = reaper.Run();
+  LogDrain(AwaitDrain(worker, reaper, exit, config.reaper.max_lifetime_grace));
   (*server)->Shutdown(kServerShutdownDeadline);
   spdlog::info("stopped");
   return kExitOk;

@@ -5,12 +5,13 @@
 
 #include <cmath>
 #include <deque>
-#include <list>
-#include <thread>
+#include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "cfdb/worker/log.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "wire.h"
@@ -37,25 +38,36 @@ class CallTracker {
     ++calls_;
   }
   void Done() {
-    absl::MutexLock lock(&mu_);
-    --calls_;
+    {
+      absl::MutexLock lock(&mu_);
+      if (--calls_ > 0) return;
+    }
+    none_left_.SignalAll();
   }
-  // WaitDone waits until no call is left or `deadline` passes.
+  // WaitDone waits until no call is left or the monotonic clock reaches
+  // `deadline`.
   void WaitDone(TimePoint deadline) {
     absl::MutexLock lock(&mu_);
-    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return calls_ == 0;
-    };
-    const Duration left = deadline - std::chrono::steady_clock::now();
-    if (left > Duration::zero()) {
-      mu_.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(left));
-    }
+    none_left_.AwaitUntil(mu_, deadline,
+                          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                            return calls_ == 0;
+                          });
   }
 
  private:
   absl::Mutex mu_;
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar none_left_;
 };
+
+// LogRefusal logs a Dispatch refused before its job was tracked, the same
+// way whatever refused it.
+void LogRefusal(const std::string& job_id, const absl::Status& status) {
+  LogEvent(spdlog::level::info,
+           absl::StrCat("job ", job_id, ": refused: ", status.ToString()),
+           {{"job_id", job_id},
+            {"grpc_code", absl::StatusCodeToString(status.code())}});
+}
 
 // StreamJob is a job whose events go to one Dispatch stream. It outlives the
 // reactor when the client goes first; `reactor_` is null from then on.
@@ -83,8 +95,20 @@ class StreamJob final : public Job {
   void ReactorDone();
 
  protected:
+  // A cancelled job's output is discarded (RunExec drops it too), so the
+  // output still queued goes now: the job's terminal event is written next,
+  // and a client that reads slowly still learns how its job ended.
   void OnCancelled() override {
-    absl::MutexLock lock(&mu_);  // wakes Emit's Await
+    {
+      absl::MutexLock lock(&mu_);
+      std::erase_if(outbox_, [this](const v1::DispatchEvent& e)
+                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                   if (!e.has_output()) return false;
+                                   outbox_bytes_ -= e.ByteSizeLong();
+                                   return true;
+                                 });
+    }
+    room_.SignalAll();
   }
 
  private:
@@ -101,6 +125,7 @@ class StreamJob final : public Job {
   bool terminal_queued_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;  // client gone / write failed
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar room_;  // signalled when Emit may go on: room, broken or cancelled
 };
 
 class DispatchReactor final : public grpc::ServerWriteReactor<v1::DispatchEvent> {
@@ -111,13 +136,14 @@ class DispatchReactor final : public grpc::ServerWriteReactor<v1::DispatchEvent>
     calls_.Started();
     absl::StatusOr<JobRequest> job_request = wire::FromProto(request);
     if (!job_request.ok()) {
+      LogRefusal(request.job_id(), job_request.status());
       Finish(wire::ToGrpc(job_request.status()));
       return;
     }
     job_ = std::make_shared<StreamJob>(*std::move(job_request),
                                        worker.options().task_kill_grace, this);
     if (absl::Status s = worker.Dispatch(job_); !s.ok()) {
-      spdlog::info("job {}: refused: {}", request.job_id(), s.ToString());
+      LogRefusal(request.job_id(), s);
       job_.reset();
       Finish(wire::ToGrpc(s));
     }
@@ -138,10 +164,41 @@ class DispatchReactor final : public grpc::ServerWriteReactor<v1::DispatchEvent>
   std::shared_ptr<StreamJob> job_;
 };
 
-// StopReactor finishes a Stop call once its drain is over.
+class StopReactor;
+
+// StopCalls answers every Stop call when the worker's one drain ends. A call
+// waiting for it holds no thread, only its entry in `waiting_`. Thread-safe.
+class StopCalls {
+ public:
+  // Add answers `reactor` when the drain ends, or at once if it has.
+  void Add(StopReactor* reactor);
+  // Cancel finishes `reactor` with CANCELLED if it is still waiting (its
+  // client's deadline passed, or the client went away).
+  void Cancel(StopReactor* reactor);
+  // Drained answers every waiting call with `summary`, and later ones at
+  // once.
+  void Drained(const StopSummary& summary);
+
+ private:
+  absl::Mutex mu_;
+  std::optional<StopSummary> summary_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<StopReactor*> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+// StopReactor is one Stop call: answered with the drain's summary.
 class StopReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit StopReactor(CallTracker& calls) : calls_(calls) { calls_.Started(); }
+  StopReactor(CallTracker& calls, std::shared_ptr<StopCalls> stops,
+              v1::StopReply* reply)
+      : calls_(calls), stops_(std::move(stops)), reply_(reply) {
+    calls_.Started();
+  }
+  void Answer(const StopSummary& summary) {
+    reply_->set_drained(static_cast<uint32_t>(summary.drained));
+    reply_->set_cancelled(static_cast<uint32_t>(summary.cancelled));
+    Finish(grpc::Status::OK);
+  }
+  void OnCancel() override { stops_->Cancel(this); }
   void OnDone() override {
     calls_.Done();
     delete this;
@@ -149,23 +206,52 @@ class StopReactor final : public grpc::ServerUnaryReactor {
 
  private:
   CallTracker& calls_;
+  const std::shared_ptr<StopCalls> stops_;
+  v1::StopReply* const reply_;
 };
+
+void StopCalls::Add(StopReactor* reactor) {
+  std::optional<StopSummary> summary;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!summary_) {
+      waiting_.insert(reactor);
+      return;
+    }
+    summary = summary_;
+  }
+  reactor->Answer(*summary);
+}
+
+void StopCalls::Cancel(StopReactor* reactor) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (waiting_.erase(reactor) == 0) return;
+  }
+  reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                               "the Stop call ended before the drain did"));
+}
+
+void StopCalls::Drained(const StopSummary& summary) {
+  absl::flat_hash_set<StopReactor*> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    summary_ = summary;
+    waiting.swap(waiting_);
+  }
+  for (StopReactor* reactor : waiting) reactor->Answer(summary);
+}
 
 Job::EmitResult StreamJob::Emit(OutputStream stream, std::string_view data,
                                 TimePoint deadline) {
   {
     absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return outbox_bytes_ < kOutboxLimitBytes || broken_ || cancelled();
-    };
-    while (!ready()) {
-      const TimePoint now = std::chrono::steady_clock::now();
-      if (now >= deadline) return EmitResult::kTimedOut;
-      const Duration left = deadline - now;
-      mu_.AwaitWithTimeout(absl::Condition(&ready),
-                           left > std::chrono::hours(1)
-                               ? absl::Hours(1)
-                               : absl::FromChrono(left));
+    if (!room_.AwaitUntil(mu_, deadline,
+                          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                            return outbox_bytes_ < kOutboxLimitBytes ||
+                                   broken_ || cancelled();
+                          })) {
+      return EmitResult::kTimedOut;
     }
     if (broken_ || cancelled()) return EmitResult::kDropped;
   }
@@ -197,6 +283,7 @@ void StreamJob::Kick() {
       outbox_bytes_ -= writing_event_.ByteSizeLong();
       writing_ = true;
       write = true;
+      room_.SignalAll();
     } else if (broken_ || terminal_queued_) {
       // Everything up to the terminal event is written (or the client left).
       finished_ = true;
@@ -223,7 +310,10 @@ void StreamJob::WriteDone(bool ok) {
     writing_ = false;
     if (!ok) broken_ = true;
   }
-  if (!ok) Cancel();
+  if (!ok) {
+    room_.SignalAll();
+    Cancel();
+  }
   Kick();
 }
 
@@ -232,6 +322,7 @@ void StreamJob::ClientCancelled() {
     absl::MutexLock lock(&mu_);
     broken_ = true;
   }
+  room_.SignalAll();
   Cancel();
   Kick();
 }
@@ -244,9 +335,13 @@ void StreamJob::ReactorDone() {
 class Service final : public v1::Worker::CallbackService {
  public:
   Service(Worker& worker, std::function<void()> on_stop_rpc)
-      : worker_(worker), on_stop_rpc_(std::move(on_stop_rpc)) {}
-
-  ~Service() override { JoinDrains(); }
+      : worker_(worker), on_stop_rpc_(std::move(on_stop_rpc)) {
+    // One callback for every Stop call, however many there are; it holds
+    // `stops_` itself, as the worker may outlive this service.
+    worker_.OnDrained([stops = stops_](const StopSummary& summary) {
+      stops->Drained(summary);
+    });
+  }
 
   grpc::ServerUnaryReactor* Idle(grpc::CallbackServerContext* ctx,
                                  const v1::IdleRequest*,
@@ -260,7 +355,7 @@ class Service final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext*,
                                  const v1::StopRequest* request,
                                  v1::StopReply* reply) override {
-    auto* reactor = new StopReactor(calls_);
+    auto* reactor = new StopReactor(calls_, stops_, reply);
     const double grace = request->grace_seconds();
     if (std::isnan(grace)) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -268,16 +363,11 @@ class Service final : public v1::Worker::CallbackService {
       return reactor;
     }
     spdlog::info("stop rpc: draining with grace {} s", grace);
+    worker_.RequestStop(
+        {.source = "stop rpc",
+         .grace = grace < 0 ? Duration(-1) : ToDuration(Seconds(grace))});
     if (on_stop_rpc_) on_stop_rpc_();
-    // The drain blocks, so it runs on a thread of its own.
-    absl::MutexLock lock(&mu_);
-    drains_.emplace_back([this, grace, reply, reactor] {
-      const StopSummary summary =
-          worker_.Stop(grace < 0 ? Duration(-1) : ToDuration(Seconds(grace)));
-      reply->set_drained(static_cast<uint32_t>(summary.drained));
-      reply->set_cancelled(static_cast<uint32_t>(summary.cancelled));
-      reactor->Finish(grpc::Status::OK);
-    });
+    stops_->Add(reactor);
     return reactor;
   }
 
@@ -289,21 +379,11 @@ class Service final : public v1::Worker::CallbackService {
 
   CallTracker& calls() { return calls_; }
 
-  void JoinDrains() {
-    std::list<std::thread> drains;
-    {
-      absl::MutexLock lock(&mu_);
-      drains.swap(drains_);
-    }
-    for (std::thread& t : drains) t.join();
-  }
-
  private:
   Worker& worker_;
   const std::function<void()> on_stop_rpc_;
   CallTracker calls_;
-  absl::Mutex mu_;
-  std::list<std::thread> drains_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<StopCalls> stops_ = std::make_shared<StopCalls>();
 };
 
 }  // namespace
@@ -354,6 +434,20 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(wire::kMaxMessageBytes);
+  // Keepalive (see kMinClientPingInterval and kKeepaliveTime in server.h).
+  // Pings without data are unlimited: the server's own pings must go on for
+  // as long as a silent job runs.
+  auto ms = [](Duration d) {
+    return static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             ms(kMinClientPingInterval));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             ms(options.keepalive_timeout));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -385,7 +479,6 @@ void WorkerServer::Shutdown(Duration deadline) {
   impl_->health->NotServing();
   impl_->service.calls().WaitDone(std::chrono::steady_clock::now() + deadline);
   impl_->server->Shutdown(std::chrono::system_clock::now());
-  impl_->service.JoinDrains();
   impl_->server->Wait();
   impl_->health->Set(nullptr);
 }

@@ -19,8 +19,17 @@ namespace internal {
 struct ShutdownState {
   absl::Mutex mu;
   StopCause cause ABSL_GUARDED_BY(mu) = StopCause::kNone;
+  CondVar stopped;  // signalled when `cause` is set
 };
 }  // namespace internal
+
+std::string_view SignalName(int signo) {
+  switch (signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+  }
+  return "a signal";
+}
 
 std::string_view StopCauseName(StopCause cause) {
   switch (cause) {
@@ -30,6 +39,17 @@ std::string_view StopCauseName(StopCause cause) {
     case StopCause::kStopRpc: return "stop rpc";
   }
   return "unknown";
+}
+
+absl::Status BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  if (int err = pthread_sigmask(SIG_BLOCK, &signals, nullptr); err != 0) {
+    return absl::InternalError(absl::StrCat("pthread_sigmask: ", strerror(err)));
+  }
+  return absl::OkStatus();
 }
 
 Watcher::Watcher(std::shared_ptr<internal::ShutdownState> state)
@@ -44,20 +64,12 @@ StopCause Watcher::cause() const {
 
 bool Watcher::WaitUntil(TimePoint deadline) const {
   absl::MutexLock lock(&state_->mu);
-  auto stopped = [this]() ABSL_SHARED_LOCKS_REQUIRED(state_->mu) {
-    return state_->cause != StopCause::kNone;
-  };
-  while (!stopped()) {
-    const TimePoint now = std::chrono::steady_clock::now();
-    if (now >= deadline) return true;
-    // absl waits on a relative timeout, so a wall-clock step cannot move it.
-    const Duration left = deadline - now;
-    const auto timeout = left > std::chrono::hours(24)
-                             ? absl::Hours(24)
-                             : absl::FromChrono(left);
-    state_->mu.AwaitWithTimeout(absl::Condition(&stopped), timeout);
-  }
-  return false;
+  // On the monotonic clock (see CondVar): absl's own timed waits follow the
+  // wall clock in the abseil we build with.
+  return !state_->stopped.AwaitUntil(
+      state_->mu, deadline, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+        return state_->cause != StopCause::kNone;
+      });
 }
 
 Shutdown::Shutdown() : state_(std::make_shared<internal::ShutdownState>()) {}
@@ -73,29 +85,32 @@ Shutdown::~Shutdown() {
 }
 
 void Shutdown::Stop(StopCause cause) {
-  absl::MutexLock lock(&state_->mu);
-  if (state_->cause == StopCause::kNone) state_->cause = cause;
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->cause != StopCause::kNone) return;
+    state_->cause = cause;
+  }
+  state_->stopped.SignalAll();
 }
 
 Watcher Shutdown::watcher() const { return Watcher(state_); }
 
-absl::Status Shutdown::ListenForSignals(std::function<void(int)> on_repeat) {
+absl::Status Shutdown::ListenForSignals(
+    std::function<void(int signo, int count)> on_signal) {
   if (signal_thread_.joinable()) {
     return absl::FailedPreconditionError("already listening for signals");
   }
+  if (absl::Status s = BlockStopSignals(); !s.ok()) return s;
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  if (int err = pthread_sigmask(SIG_BLOCK, &signals, nullptr); err != 0) {
-    return absl::InternalError(absl::StrCat("pthread_sigmask: ", strerror(err)));
-  }
   signal_fd_ = signalfd(-1, &signals, SFD_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC);
   if (signal_fd_ < 0 || wake_fd_ < 0) {
     return absl::InternalError(absl::StrCat("signalfd: ", strerror(errno)));
   }
-  signal_thread_ = std::thread([this, on_repeat = std::move(on_repeat)] {
+  signal_thread_ = std::thread([this, on_signal = std::move(on_signal)] {
     int count = 0;
     pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     while (true) {
@@ -108,13 +123,11 @@ absl::Status Shutdown::ListenForSignals(std::function<void(int)> on_repeat) {
       signalfd_siginfo info;
       if (read(signal_fd_, &info, sizeof info) != sizeof info) continue;
       ++count;
-      spdlog::info("received {} (signal {} of this process)",
-                   strsignal(static_cast<int>(info.ssi_signo)), count);
-      if (count == 1) {
-        Stop(StopCause::kSignal);
-      } else if (on_repeat) {
-        on_repeat(count);
-      }
+      const int signo = static_cast<int>(info.ssi_signo);
+      spdlog::info("received {} (signal {} of this process)", SignalName(signo),
+                   count);
+      if (on_signal) on_signal(signo, count);
+      Stop(StopCause::kSignal);
     }
   });
   return absl::OkStatus();

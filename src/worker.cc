@@ -85,13 +85,19 @@ void Job::Cancel() {
 Worker::Worker(WorkerOptions options, const Clock& clock)
     : options_(options),
       docket_(clock, options.max_concurrent_tasks),
+      drain_thread_([this] { Drain(); }),
       threads_(std::make_unique<JobThreads>(docket_.capacity(),
                                             options.job_nice)) {}
 
 Worker::~Worker() {
-  docket_.Close();
-  docket_.CancelAll();
-  docket_.WaitEmptyUntil(TimePoint::max());
+  {
+    // Whoever registered these may be gone already.
+    absl::MutexLock lock(&mu_);
+    on_stopping_.clear();
+    on_drained_.clear();
+  }
+  RequestStop({.source = "worker destroyed", .grace = Duration::zero()});
+  drain_thread_.join();
   // threads_, declared last, is destroyed first: it joins every job thread
   // before the docket and the kinds they use go away.
 }
@@ -137,7 +143,7 @@ absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
     // Accepted already: report the failure rather than dropping the job.
     job->OnOutcome(JobOutcome::Failed(JobOutcome::Failure::kStartFailed,
                                       "no thread to run the job on"));
-    docket_.Release(job.get());
+    ReleaseJob(job.get());
   }
   return absl::OkStatus();
 }
@@ -161,7 +167,15 @@ void Worker::Run(std::shared_ptr<Job> job, const JobHandler* handler) {
                                 ? std::string("SIGNALED")
                                 : std::string("EXITED")}});
   job->OnOutcome(outcome);
-  docket_.Release(job.get());
+  ReleaseJob(job.get());
+}
+
+void Worker::ReleaseJob(Job* job) {
+  // The drain waits for the docket to empty: tell it when it has.
+  if (docket_.Release(job) && docket_.closed()) {
+    absl::MutexLock lock(&mu_);
+    changed_.SignalAll();
+  }
 }
 
 void Worker::OnStopping(std::function<void()> callback) {
@@ -169,35 +183,89 @@ void Worker::OnStopping(std::function<void()> callback) {
   on_stopping_.push_back(std::move(callback));
 }
 
-StopSummary Worker::Stop(Duration grace) {
-  // Each call waits for its own deadline; whichever passes first cancels
-  // what is left, so the earliest deadline wins for every caller.
-  const TimePoint deadline =
-      grace < Duration::zero() ? TimePoint::max()
-                               : std::chrono::steady_clock::now() + grace;
+void Worker::OnDrained(std::function<void(const StopSummary&)> callback) {
+  std::optional<StopSummary> summary;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!drained_) {
+      on_drained_.push_back(std::move(callback));
+      return;
+    }
+    summary = Report().summary;
+  }
+  callback(*summary);
+}
+
+void Worker::RequestStop(StopRequest request) {
+  if (request.arrival == TimePoint{}) {
+    request.arrival = std::chrono::steady_clock::now();
+  }
   std::vector<std::function<void()>> on_stopping;
   {
     absl::MutexLock lock(&mu_);
-    if (!stop_started_) {
-      stop_started_ = true;
+    if (requests_.empty()) {
       docket_.Close();
       in_flight_at_stop_ = docket_.in_flight();
       on_stopping.swap(on_stopping_);
     }
+    requests_.Add(request);
   }
+  changed_.SignalAll();
   for (const auto& callback : on_stopping) callback();
+}
 
-  if (!docket_.WaitEmptyUntil(deadline)) {
+void Worker::Drain() {
+  std::vector<std::function<void(const StopSummary&)>> on_drained;
+  StopSummary summary;
+  {
     absl::MutexLock lock(&mu_);
-    if (!cancelled_all_) {
-      cancelled_all_ = true;
-      cancelled_ = docket_.CancelAll();
+    mu_.Await(absl::Condition(
+        +[](StopRequests* r) { return !r->empty(); }, &requests_));
+    bool cancelled_all = false;
+    while (docket_.in_flight() > 0) {
+      const TimePoint deadline = requests_.deadline();
+      if (!cancelled_all && std::chrono::steady_clock::now() >= deadline) {
+        cancelled_all = true;
+        cancelled_ = docket_.CancelAll();
+        continue;
+      }
+      changed_.WaitUntil(mu_, cancelled_all ? TimePoint::max() : deadline);
     }
+    drained_ = true;
+    drained_at_ = std::chrono::steady_clock::now();
+    on_drained.swap(on_drained_);
+    summary = Report().summary;
   }
-  docket_.WaitEmptyUntil(TimePoint::max());
+  changed_.SignalAll();
+  for (const auto& callback : on_drained) callback(summary);
+}
+
+DrainReport Worker::Report() const {
+  const TimePoint began = requests_.first_arrival();
+  DrainReport report;
+  report.summary.cancelled = std::min(cancelled_, in_flight_at_stop_);
+  report.summary.drained = in_flight_at_stop_ - report.summary.cancelled;
+  report.requests = requests_.Describe(began);
+  report.deadline_source = requests_.deadline_source();
+  report.took = drained_at_ - began;
+  return report;
+}
+
+std::optional<DrainReport> Worker::WaitDrainedUntil(TimePoint deadline) {
   absl::MutexLock lock(&mu_);
-  return StopSummary{in_flight_at_stop_ - std::min(cancelled_, in_flight_at_stop_),
-                     cancelled_};
+  if (!changed_.AwaitUntil(mu_, deadline, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return drained_;
+      })) {
+    return std::nullopt;
+  }
+  return Report();
+}
+
+DrainReport Worker::WaitDrained() { return *WaitDrainedUntil(TimePoint::max()); }
+
+StopSummary Worker::Stop(Duration grace) {
+  RequestStop({.source = "Stop()", .grace = grace});
+  return WaitDrained().summary;
 }
 
 }  // namespace cfdb::worker

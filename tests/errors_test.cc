@@ -13,26 +13,101 @@ TEST(ClassifyErrorTest, UnimplementedIdleIsIdleUnavailable) {
       << "only a missing Idle is a capability signal";
 }
 
-TEST(ClassifyErrorTest, EveryCodeHasItsKind) {
+// Before acceptance, by code, for a message without evidence: every code
+// has its kind.
+TEST(ClassifyErrorTest, EveryCodeBeforeAcceptanceHasItsKind) {
+  using C = absl::StatusCode;
+  for (const Rpc rpc : {Rpc::kIdle, Rpc::kStop, Rpc::kDispatch, Rpc::kHealth}) {
+    for (int i = 1; i <= 16; ++i) {
+      const auto code = static_cast<C>(i);
+      const ErrorKind kind = ClassifyError(rpc, absl::Status(code, "x"));
+      ErrorKind want = ErrorKind::kRpcError;
+      switch (code) {
+        case C::kUnimplemented:
+          want = rpc == Rpc::kIdle ? ErrorKind::kIdleUnavailable
+                                   : ErrorKind::kRpcError;
+          break;
+        case C::kUnauthenticated:
+          want = ErrorKind::kHandshakeError;
+          break;
+        case C::kUnavailable:
+        case C::kDeadlineExceeded:
+        case C::kResourceExhausted:
+        case C::kCancelled:
+          want = ErrorKind::kTransient;
+          break;
+        default:
+          break;
+      }
+      EXPECT_EQ(kind, want) << absl::StatusCodeToString(code) << " rpc "
+                            << static_cast<int>(rpc);
+    }
+  }
+}
+
+// After acceptance every failure of a Dispatch says the job started: never
+// transient, never "rpc error".
+TEST(ClassifyErrorTest, EveryCodeAfterAcceptanceSaysTheJobStarted) {
   using C = absl::StatusCode;
   for (int i = 1; i <= 16; ++i) {
     const auto code = static_cast<C>(i);
-    const ErrorKind kind = ClassifyError(Rpc::kIdle, absl::Status(code, "x"));
-    switch (code) {
-      case C::kUnimplemented:
-        EXPECT_EQ(kind, ErrorKind::kIdleUnavailable);
-        break;
-      case C::kUnauthenticated:
-        EXPECT_EQ(kind, ErrorKind::kHandshakeError);
-        break;
-      case C::kUnavailable:
-      case C::kDeadlineExceeded:
-      case C::kResourceExhausted:
-        EXPECT_EQ(kind, ErrorKind::kTransient) << absl::StatusCodeToString(code);
-        break;
-      default:
-        EXPECT_EQ(kind, ErrorKind::kRpcError) << absl::StatusCodeToString(code);
+    for (const char* message : {"x", "Socket closed", "Cancelling all calls",
+                                "Ssl handshake failed"}) {
+      const absl::Status status = MarkAccepted(absl::Status(code, message));
+      ASSERT_TRUE(Accepted(status));
+      const ErrorKind kind = ClassifyError(Rpc::kDispatch, status);
+      EXPECT_EQ(kind, code == C::kDeadlineExceeded
+                          ? ErrorKind::kAcceptedDeadlineExceeded
+                          : ErrorKind::kOutcomeUnknown)
+          << absl::StatusCodeToString(code) << ": " << message;
+      EXPECT_FALSE(IsTransient(kind));
+      EXPECT_NE(ExitCodeFor(kind), 75) << "an accepted job is never 'retry'";
     }
+  }
+  EXPECT_FALSE(Accepted(MarkAccepted(absl::OkStatus())));
+}
+
+struct Case {
+  Rpc rpc;
+  absl::StatusCode code;
+  const char* message;
+  ErrorKind kind;
+};
+
+// Cause, not code: what each failure seen from a real worker means.
+TEST(ClassifyErrorTest, TheCauseDecidesNotTheCode) {
+  using C = absl::StatusCode;
+  const Case cases[] = {
+      // The worker is stopping or gone: not started, retry elsewhere.
+      {Rpc::kDispatch, C::kUnavailable, "worker is stopping", ErrorKind::kTransient},
+      {Rpc::kDispatch, C::kCancelled, "Cancelled", ErrorKind::kTransient},
+      {Rpc::kIdle, C::kCancelled, "Cancelled", ErrorKind::kTransient},
+      {Rpc::kStop, C::kCancelled, "Cancelled", ErrorKind::kTransient},
+      {Rpc::kHealth, C::kUnavailable, "Cancelling all calls", ErrorKind::kTransient},
+      {Rpc::kIdle, C::kUnavailable, "Socket closed", ErrorKind::kTransient},
+      {Rpc::kDispatch, C::kUnknown, "Stream removed", ErrorKind::kTransient},
+      {Rpc::kDispatch, C::kInternal, "Broken pipe", ErrorKind::kTransient},
+      {Rpc::kDispatch, C::kResourceExhausted,
+       "docket full: max_concurrent_tasks jobs are in flight", ErrorKind::kTransient},
+      // Deterministic, whatever the code.
+      {Rpc::kDispatch, C::kResourceExhausted,
+       "Received message larger than max (70000123 vs. 67108864)", ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kResourceExhausted,
+       "Sent message larger than max (70000123 vs. 67108864)", ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kResourceExhausted,
+       "received initial metadata size exceeds limit", ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kInvalidArgument,
+       "the request is 70000123 bytes, more than the limit of 67108864 bytes",
+       ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kUnknown, "handler threw", ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kInternal, "bad state", ErrorKind::kRpcError},
+      {Rpc::kStop, C::kPermissionDenied, "not allowed", ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kUnimplemented, "", ErrorKind::kRpcError},
+      {Rpc::kIdle, C::kUnimplemented, "", ErrorKind::kIdleUnavailable},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(ClassifyError(c.rpc, absl::Status(c.code, c.message)), c.kind)
+        << absl::StatusCodeToString(c.code) << ": " << c.message;
   }
 }
 
@@ -55,7 +130,10 @@ TEST(ClassifyErrorTest, UnavailableWithTlsEvidenceIsAHandshakeError) {
 TEST(ClassifyErrorTest, ExitCodesAreDistinct) {
   EXPECT_EQ(ExitCodeFor(ErrorKind::kIdleUnavailable), 69);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kTransient), 75);
+  EXPECT_EQ(ExitCodeFor(ErrorKind::kHandshakeError), 75);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kRpcError), 76);
+  EXPECT_EQ(ExitCodeFor(ErrorKind::kOutcomeUnknown), 74);
+  EXPECT_EQ(ExitCodeFor(ErrorKind::kAcceptedDeadlineExceeded), 73);
 }
 
 }  // namespace

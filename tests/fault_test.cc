@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
@@ -45,7 +46,7 @@ using std::chrono::seconds;
 using ::testing::HasSubstr;
 using testing::CollectingJob;
 using testing::Daemon;
-using testing::Children;
+using testing::JobChildren;
 using testing::ExecRequest;
 using Failure = JobOutcome::Failure;
 
@@ -118,7 +119,7 @@ class FaultTest : public ::testing::Test {
   std::unique_ptr<WorkerConnection> connection_;
 };
 
-TEST_F(FaultTest, RequestOverTheMessageLimitIsResourceExhausted) {
+TEST_F(FaultTest, RequestOverTheMessageLimitFailsOncePermanently) {
   // A raw channel without a send limit, so the worker itself sees the
   // oversized request.
   grpc::ChannelArguments args;
@@ -134,12 +135,19 @@ TEST_F(FaultTest, RequestOverTheMessageLimitIsResourceExhausted) {
   auto reader = stub->Dispatch(&ctx, wire::ToProto(request));
   v1::DispatchEvent event;
   EXPECT_FALSE(reader->Read(&event)) << "no event for a refused request";
-  EXPECT_EQ(reader->Finish().error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const absl::Status refused = wire::FromGrpc(reader->Finish());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_EQ(ClassifyError(Rpc::kDispatch, refused), ErrorKind::kRpcError)
+      << "deterministic: no retry may help " << refused;
 
-  // The library's own client refuses to send it at all, with the same code.
+  // The library's own client refuses to send it at all, saying the size and
+  // the limit, and no retry happens.
   absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(request, {});
-  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(outcome.status().message()),
+              HasSubstr(absl::StrCat("more than the limit of ",
+                                     wire::kMaxMessageBytes, " bytes")));
+  EXPECT_EQ(ClassifyError(Rpc::kDispatch, outcome.status()), ErrorKind::kRpcError);
 
   EXPECT_TRUE(connection_->IdleTime(kTimeout).ok()) << "the worker still answers";
   EXPECT_EQ(worker_->docket().in_flight(), 0u);
@@ -393,7 +401,7 @@ TEST(FaultDaemonTest, ClientThatNeverReadsBlocksTheJobNotTheWorkersMemory) {
 
   std::vector<pid_t> job;
   ASSERT_TRUE(WaitFor([&] {
-    job = Children(daemon.pid());
+    job = JobChildren(daemon.pid());
     return job.size() == 1 && BlockedInWrite(job[0]);
   })) << "the job blocks writing to its full pipe";
   const std::optional<int64_t> rss_blocked = ProcStatusKib(daemon.pid(), "VmRSS");
@@ -412,7 +420,7 @@ TEST(FaultDaemonTest, ClientThatNeverReadsBlocksTheJobNotTheWorkersMemory) {
     absl::StatusOr<double> now = (*connection)->IdleTime(kTimeout);
     return now.ok() && *now > 0;
   })) << "the cancelled job left the docket";
-  EXPECT_TRUE(Children(daemon.pid()).empty()) << "and its process is gone";
+  EXPECT_TRUE(JobChildren(daemon.pid()).empty()) << "and its process is gone";
   ASSERT_TRUE((*connection)->Stop(Duration::zero(), kTimeout).ok());
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0)) << daemon.log();
 }

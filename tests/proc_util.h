@@ -35,4 +35,22 @@ inline std::vector<pid_t> Children(pid_t parent) {
   return children;
 }
 
+// Comm returns the command name of `pid` (/proc/<pid>/comm), "" if gone.
+inline std::string Comm(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
+}
+
+// JobChildren returns the children of a worker daemon `daemon` but its job
+// guard (job_guard.h): the programs of its jobs and what they left.
+inline std::vector<pid_t> JobChildren(pid_t daemon) {
+  std::vector<pid_t> jobs;
+  for (pid_t pid : Children(daemon)) {
+    if (Comm(pid) != "cfdb-job-guard") jobs.push_back(pid);
+  }
+  return jobs;
+}
+
 }  // namespace cfdb::worker::testing

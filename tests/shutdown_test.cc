@@ -43,10 +43,16 @@ TEST(ShutdownTest, WaitReturnsTrueAtTheDeadline) {
   EXPECT_TRUE(shutdown.watcher().WaitUntil(std::chrono::steady_clock::now()));
 }
 
-TEST(ShutdownTest, SigtermRequestsAStopAndARepeatCallsBack) {
+TEST(ShutdownTest, SigtermRequestsAStopAndEverySignalCallsBack) {
   Shutdown shutdown;
   std::atomic<int> repeats{0};
-  ASSERT_TRUE(shutdown.ListenForSignals([&](int count) { repeats = count; }).ok());
+  std::atomic<int> last_signal{0};
+  ASSERT_TRUE(shutdown
+                  .ListenForSignals([&](int signo, int count) {
+                    last_signal = signo;
+                    repeats = count;
+                  })
+                  .ok());
   EXPECT_EQ(shutdown.ListenForSignals().code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_EQ(kill(getpid(), SIGTERM), 0);
@@ -56,10 +62,11 @@ TEST(ShutdownTest, SigtermRequestsAStopAndARepeatCallsBack) {
   EXPECT_EQ(watcher.cause(), StopCause::kSignal);
   ASSERT_EQ(kill(getpid(), SIGINT), 0);
   const TimePoint give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (repeats.load() == 0 && std::chrono::steady_clock::now() < give_up) {
+  while (repeats.load() < 2 && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::yield();
   }
   EXPECT_EQ(repeats.load(), 2);
+  EXPECT_EQ(last_signal.load(), SIGINT);
 }
 
 }  // namespace

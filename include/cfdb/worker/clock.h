@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 
 #include "absl/base/thread_annotations.h"
@@ -87,6 +88,44 @@ class FakeClock final : public Clock {
   mutable std::atomic<Duration::rep> now_;
   mutable std::atomic<int> waits_{0};
   WaitHook hook_;
+};
+
+// CondVar is a condition variable for absl::Mutex whose timed waits run on
+// the monotonic clock. absl's own timed waits (Mutex::AwaitWithTimeout,
+// CondVar::WaitWithTimeout, Notification::WaitForNotificationWithTimeout)
+// end up, in Debian's abseil 20220623, as futex waits with an absolute
+// CLOCK_REALTIME deadline, so a step of the wall clock stretches them or
+// makes them spin. This one waits in pthread_cond_clockwait(CLOCK_MONOTONIC)
+// (libstdc++'s std::condition_variable_any with steady_clock), which no
+// wall-clock step can move; tests/core/clock_step_test.cc proves it under
+// libfaketime. Unlike absl::Condition it wakes only when signalled: every
+// change a waiter may wait for must be followed by SignalAll(). Thread-safe.
+class CondVar {
+ public:
+  // WaitUntil releases `mu`, which the caller holds, until SignalAll() or
+  // the monotonic clock reaches `deadline` (TimePoint::max(): no deadline),
+  // and holds it again before returning. Returns false if the deadline has
+  // passed, true otherwise (a wakeup may be spurious: check the condition).
+  bool WaitUntil(absl::Mutex& mu, TimePoint deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // AwaitUntil waits until `done()` (called with `mu` held) is true or
+  // `deadline` passes, and returns its last value.
+  template <typename Predicate>
+  bool AwaitUntil(absl::Mutex& mu, TimePoint deadline, Predicate done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (!done()) {
+      if (!WaitUntil(mu, deadline)) return done();
+    }
+    return true;
+  }
+
+  // SignalAll wakes every waiter. Call it after the change, with or without
+  // the mutex held.
+  void SignalAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable_any cv_;
 };
 
 }  // namespace cfdb::worker

@@ -69,8 +69,11 @@ class WorkerConnection final : public IdleSource {
   // Dispatch runs `request` on the worker, calling `callbacks` as events
   // arrive, and returns the job's outcome. `timeout`, if set, bounds the
   // whole call (a positive value; INVALID_ARGUMENT otherwise). A status is
-  // returned when the job was refused (e.g. RESOURCE_EXHAUSTED) or the call
-  // broke; DATA_LOSS if the stream ended without a terminal event.
+  // returned when the job was refused (e.g. RESOURCE_EXHAUSTED), when the
+  // request is over the message limit (INVALID_ARGUMENT, without a call), or
+  // when the call broke; DATA_LOSS if the stream ended without a terminal
+  // event. A failure after the worker accepted the job is marked so
+  // (MarkAccepted), and ClassifyError never calls it transient.
   absl::StatusOr<JobOutcome> Dispatch(const JobRequest& request,
                                       const DispatchCallbacks& callbacks,
                                       std::optional<Duration> timeout = {});

@@ -48,8 +48,9 @@ class Docket {
   absl::Status Admit(Cancellable* job);
 
   // Release removes `job`, admitted earlier. When it was the last one, idle
-  // starts counting from now. Releasing an unknown job does nothing.
-  void Release(Cancellable* job);
+  // starts counting from now and Release returns true. Releasing an unknown
+  // job does nothing (and returns false).
+  bool Release(Cancellable* job);
 
   // Idle returns the time since the docket last became empty, or zero while
   // any job is in flight.
@@ -67,9 +68,9 @@ class Docket {
   // CancelAll calls Cancel() on every job in flight and returns how many.
   std::size_t CancelAll();
 
-  // WaitEmptyUntil blocks until the docket is empty or the steady clock
-  // reaches `deadline` (TimePoint::max() waits without limit). Returns true
-  // if the docket is empty.
+  // WaitEmptyUntil blocks until the docket is empty or the monotonic clock
+  // reaches `deadline` (TimePoint::max() waits without limit; a wall-clock
+  // step moves neither). Returns true if the docket is empty.
   bool WaitEmptyUntil(TimePoint deadline) const;
 
  private:
@@ -79,6 +80,7 @@ class Docket {
   absl::flat_hash_set<Cancellable*> jobs_ ABSL_GUARDED_BY(mu_);
   TimePoint empty_since_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  mutable CondVar emptied_;  // signalled when the last job leaves
 };
 
 }  // namespace cfdb::worker

@@ -1,5 +1,16 @@
 // Classification of failed calls to a worker: the one place that decides
-// whether a failure means "capability missing", "try again" or "broken".
+// whether a failure means "capability missing", "not started here: try
+// again", "broken: do not retry", or, once a job was accepted, what the
+// caller may assume about the job.
+//
+//   absl::StatusOr<JobOutcome> outcome = connection->Dispatch(request, {});
+//   if (!outcome.ok()) {
+//     switch (ClassifyError(Rpc::kDispatch, outcome.status())) {
+//       case ErrorKind::kTransient: ...  // the job did not start: retry
+//       case ErrorKind::kOutcomeUnknown: ...  // it started: never resend
+//       ...
+//     }
+//   }
 #pragma once
 
 #include <string_view>
@@ -11,39 +22,64 @@ namespace cfdb::worker {
 // Rpc names the worker's RPCs, because a code's meaning depends on the call.
 enum class Rpc { kIdle, kStop, kDispatch, kHealth };
 
-// ErrorKind is what a caller should make of a failed call.
+// ErrorKind is what a caller should make of a failed call. It follows the
+// cause (the code, whether the worker had accepted the job, and the
+// message's evidence), not the gRPC code alone.
 enum class ErrorKind {
   // The worker predates the Idle RPC (UNIMPLEMENTED on Idle). A capability
   // signal, deliberately not an RPC fault: never evict a worker for it.
   kIdleUnavailable,
-  // UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: retrying may work.
+  // Nothing was started: the worker is stopping or gone (UNAVAILABLE, a
+  // call CANCELLED by its shutdown, a connection closed or reset), the
+  // caller's deadline passed before an answer, or the docket is full
+  // (RESOURCE_EXHAUSTED without a size limit in the message). Retrying,
+  // here later or on another worker, may work.
   kTransient,
   // A transient error with TLS evidence: UNAUTHENTICATED, or UNAVAILABLE
   // whose message names TLS, SSL, a certificate, the handshake or a failed
-  // verification. Named
-  // apart so a fleet-wide credential mistake is diagnosable. Note: when the
-  // worker rejects the client's certificate, the client usually sees only a
-  // plain transport failure (the worker closes the connection), which
-  // classifies as kTransient.
+  // verification. Named apart so a fleet-wide credential mistake is
+  // diagnosable. Note: when the worker rejects the client's certificate,
+  // the client usually sees only a plain transport failure (the worker
+  // closes the connection), which classifies as kTransient.
   kHandshakeError,
-  // Anything else: retrying the same call will not help.
+  // Deterministic: the same call fails again anywhere (INVALID_ARGUMENT,
+  // PERMISSION_DENIED, UNIMPLEMENTED on any RPC but Idle, a message over a
+  // size limit whatever its code, ...). Do not retry.
   kRpcError,
+  // Dispatch only, after the worker accepted the job: the stream broke
+  // (connection lost, or cut off as the worker shut down) before the job's
+  // terminal event. The job started; whether it finished is unknown. Do
+  // not resend it blindly: it may have run.
+  kOutcomeUnknown,
+  // Dispatch only, after the worker accepted the job: the caller's own
+  // deadline passed. The worker cancels the job as the call ends.
+  kAcceptedDeadlineExceeded,
 };
 
-// ClassifyError maps a non-OK status from `rpc` to its kind.
+// ClassifyError maps a non-OK status from `rpc` to its kind. A status from
+// WorkerConnection::Dispatch says by itself whether the job had been
+// accepted (see MarkAccepted).
 ErrorKind ClassifyError(Rpc rpc, const absl::Status& status);
 
-// IsTransient returns true for kTransient and kHandshakeError.
+// MarkAccepted returns `status` marked as failing after the worker accepted
+// the job (a status payload), which ClassifyError reads; Accepted tells.
+absl::Status MarkAccepted(absl::Status status);
+bool Accepted(const absl::Status& status);
+
+// IsTransient returns true for kTransient and kHandshakeError: the kinds
+// where the call did not start anything and may be retried.
 bool IsTransient(ErrorKind kind);
 
 // ErrorKindName returns "idle unavailable", "transient error", "handshake
-// error" or "rpc error".
+// error", "rpc error", "accepted, outcome unknown" or "accepted, deadline
+// exceeded".
 std::string_view ErrorKindName(ErrorKind kind);
 
 // ExitCodeFor returns the documented exit code of a client command that
 // failed with `kind`: 69 idle unavailable, 75 transient (handshake errors
 // included), 76 rpc error (sysexits.h: EX_UNAVAILABLE, EX_TEMPFAIL,
-// EX_PROTOCOL).
+// EX_PROTOCOL); 74 accepted, outcome unknown (EX_IOERR: the stream broke);
+// 73 accepted, deadline exceeded.
 int ExitCodeFor(ErrorKind kind);
 
 }  // namespace cfdb::worker

@@ -1,10 +1,13 @@
 // The reaper: the serve loop's policy for retiring a worker. It polls the
 // worker's own Idle RPC (through an IdleSource dialled like any client) and
-// decides when the worker exits and with which drain grace.
+// decides when the worker retires and with which drain grace.
 //
-// Each turn checks, in order: max lifetime, then a requested stop (signal or
-// Stop RPC), then the idle poll, so a signal always beats an idle exit. Waits
-// between turns end at once when a stop is requested.
+// Each turn checks, in order: max lifetime, then a stop requested elsewhere
+// (signal or Stop RPC), then the idle poll, so a signal always beats an idle
+// exit. Waits between turns end at once when a stop is requested. The
+// reaper asks for its own retirements (idle, max lifetime) through the
+// stopper; a signal or a Stop RPC has made its request already, and the
+// drains compose in the worker (drain.h).
 #pragma once
 
 #include <functional>
@@ -15,6 +18,7 @@
 #include "cfdb/worker/address.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/connection.h"
+#include "cfdb/worker/drain.h"
 #include "cfdb/worker/shutdown.h"
 
 namespace cfdb::worker {
@@ -48,8 +52,9 @@ struct ReaperOptions {
   // Drain grace of the idle and max-lifetime exits.
   Duration max_lifetime_grace =
       ToDuration(Seconds(kDefaultMaxLifetimeGraceSeconds));
-  // Drain grace of the signal exit (0: cancel at once, as the platform sends
-  // SIGKILL soon after SIGTERM).
+  // Drain grace of a signal (0: cancel at once, as the platform sends
+  // SIGKILL soon after SIGTERM), counted from the signal's arrival. The
+  // daemon's signal handler makes that request; the reaper only reports it.
   Duration signal_grace = ToDuration(Seconds(kDefaultSignalGraceSeconds));
 };
 
@@ -76,17 +81,23 @@ class Reaper {
   // the idle timeout is non-zero. An error disables polling (logged).
   using ConnectionFactory =
       std::function<absl::StatusOr<std::unique_ptr<IdleSource>>()>;
-  // Stops the worker with a drain grace and returns when it has drained.
-  using Stopper = std::function<void(Duration grace)>;
+  // Requests the worker's retirement (source "idle" or "max lifetime", and
+  // its grace); returns at once.
+  using Stopper = std::function<void(StopRequest request)>;
 
   // `clock` must outlive the reaper; `watcher` reports requested stops.
   Reaper(ReaperOptions options, const Clock& clock, Watcher watcher,
          ConnectionFactory connect, Stopper stop);
 
-  // Run loops until the worker must exit, calls the stopper with the exit's
-  // grace (except for kStopRpc), closes the connection (a failed close is
-  // logged, never fatal), logs one line with the reason and returns it.
+  // Run loops until the worker must retire or a stop was requested
+  // elsewhere, closes the connection (a failed close is logged, never
+  // fatal), logs one line with the reason, calls the stopper for an idle or
+  // max-lifetime retirement and returns the reason.
   ReaperExit Run();
+
+  // lifetime_end returns when the max lifetime ends (TimePoint::max() when
+  // it is disabled); valid once Run has started.
+  TimePoint lifetime_end() const;
 
  private:
   enum class Poll { kContinue, kIdleExit };

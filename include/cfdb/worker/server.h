@@ -16,13 +16,33 @@
 
 namespace cfdb::worker {
 
+// HTTP/2 keepalive for a job runner, whose calls may stay silent for hours
+// while their jobs run (gRPC's doc/keepalive.md names the knobs).
+//
+// kMinClientPingInterval: a client may ping this often, with or without
+// calls and data, without a strike. Clients behind NATs and load balancers
+// ping every 10 to 60 s; gRPC's default policy (one ping per 5 minutes
+// without data, then GOAWAY "too_many_pings") would cut their silent jobs
+// off. Half the 10 s we tell clients to use, so timer jitter never strikes.
+inline constexpr Duration kMinClientPingInterval = std::chrono::seconds(5);
+// kKeepaliveTime and kKeepaliveTimeout: the server pings a connection after
+// this long without activity, and closes it when the ping is not answered
+// in time, so a client that vanished without closing (host gone, network
+// cut) is noticed and its job cancelled within 30 + 10 s.
+inline constexpr Duration kKeepaliveTime = std::chrono::seconds(30);
+inline constexpr Duration kKeepaliveTimeout = std::chrono::seconds(10);
+
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see WorkerServer::port).
   std::string address = "127.0.0.1:0";
   Credentials credentials;
-  // Called when a Stop RPC arrives, before the drain (e.g. to wake the serve
-  // loop). Runs on a gRPC thread; must not block.
+  // Called when a Stop RPC arrives, after its request reached the worker
+  // (e.g. to wake the serve loop). Runs on a gRPC thread; must not block.
   std::function<void()> on_stop_rpc;
+  // The server's own keepalive pings (see kKeepaliveTime); tests shorten
+  // them.
+  Duration keepalive_time = kKeepaliveTime;
+  Duration keepalive_timeout = kKeepaliveTimeout;
 };
 
 // WorkerServer serves one Worker. Thread-safe. Does not own the worker, which
@@ -41,8 +61,9 @@ class WorkerServer {
   int port() const { return port_; }
 
   // Shutdown lets Dispatch and Stop calls in progress finish until
-  // `deadline` from now, then stops serving: calls still open are cancelled
-  // and client connections closed. Returns when done. Idempotent.
+  // `deadline` from now (on the monotonic clock), then stops serving: calls
+  // still open are cancelled and client connections closed. Returns when
+  // done. Idempotent.
   void Shutdown(Duration deadline);
 
   // Implementation detail, public for the .cc file.

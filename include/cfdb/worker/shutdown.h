@@ -36,6 +36,15 @@ enum class StopCause {
 // StopCauseName returns a stable lower-case name ("signal", "stop rpc", ...).
 std::string_view StopCauseName(StopCause cause);
 
+// SignalName returns "SIGTERM" or "SIGINT" (the signals a Shutdown listens
+// for), "a signal" for any other.
+std::string_view SignalName(int signo);
+
+// BlockStopSignals blocks SIGTERM and SIGINT in the calling thread, so that
+// threads it starts later inherit the mask and only a Shutdown's listener
+// (ListenForSignals) receives them. INTERNAL if the mask cannot be set.
+absl::Status BlockStopSignals();
+
 namespace internal {
 struct ShutdownState;
 }  // namespace internal
@@ -78,12 +87,14 @@ class Shutdown {
   Watcher watcher() const;
 
   // ListenForSignals starts a thread that turns SIGTERM and SIGINT into
-  // Stop(kSignal). Each later signal calls `on_repeat` (if set) with the count
-  // of signals so far (2, 3, ...). It blocks both signals in the calling
+  // Stop(kSignal). Every signal, the first included, first calls
+  // `on_signal` (if set) on that thread with the signal number and the count
+  // of signals so far (1, 2, ...). It blocks both signals in the calling
   // thread, so call it before starting other threads (they inherit the
   // mask). Returns FAILED_PRECONDITION if already listening, INTERNAL if the
   // signal descriptor cannot be made.
-  absl::Status ListenForSignals(std::function<void(int count)> on_repeat = {});
+  absl::Status ListenForSignals(
+      std::function<void(int signo, int count)> on_signal = {});
 
  private:
   std::shared_ptr<internal::ShutdownState> state_;

@@ -12,7 +12,9 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/docket.h"
+#include "cfdb/worker/drain.h"
 #include "cfdb/worker/job.h"
 
 namespace cfdb::worker {
@@ -80,20 +83,18 @@ struct WorkerOptions {
   int job_nice = 10;
 };
 
-// StopSummary says what a stop did to the jobs that were in flight.
-struct StopSummary {
-  std::size_t drained = 0;    // finished by themselves during the drain
-  std::size_t cancelled = 0;  // cancelled when the grace ran out
-};
-
 // Worker runs jobs. Safe for concurrent access without external
 // synchronization, except RegisterKind (before the first Dispatch).
 class Worker {
  public:
-  // `clock` measures idle time and must outlive the worker.
+  // `clock` measures idle time and must outlive the worker. Starts the
+  // drain thread, which waits for the first stop request (std::system_error
+  // if no thread can be made).
   explicit Worker(WorkerOptions options,
                   const Clock& clock = SteadyClock::Get());
-  // Cancels whatever still runs and joins every job thread.
+  // Requests a stop with grace 0 (cancelling whatever still runs, without
+  // running OnStopping callbacks), waits for the drain and joins every
+  // thread.
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -123,39 +124,77 @@ class Worker {
   // job is in flight). Never touches the docket's contents.
   Duration Idle() const { return docket_.Idle(); }
 
-  // Stop refuses new jobs (UNAVAILABLE), waits for in-flight jobs for up to
-  // `grace`, cancels the rest and waits until the docket is empty. A zero
-  // grace cancels at once; a negative grace waits without limit. Concurrent
-  // or repeated calls share one drain: the earliest deadline wins, so a
-  // Stop(0) during a long drain cancels at once. Blocks; never fails.
+  // RequestStop asks the worker to stop; returns at once, never fails. The
+  // first request closes the docket (Dispatch then gets UNAVAILABLE), runs
+  // the OnStopping callbacks on this thread and starts the drain. Every
+  // request may bring the drain's deadline earlier, never later (drain.h):
+  // at the deadline the jobs still in flight are cancelled, and the drain
+  // ends when the docket is empty. An unset arrival means now. The drain
+  // runs on the monotonic clock, on the worker's own drain thread, whatever
+  // the number of requests.
+  void RequestStop(StopRequest request);
+
+  // Stop is RequestStop({"Stop()", grace}) and then WaitDrained(): it
+  // refuses new jobs, lets in-flight jobs run up to `grace` (zero cancels at
+  // once, negative waits without limit), cancels the rest and returns once
+  // the docket is empty. Concurrent or repeated calls share one drain: the
+  // earliest deadline wins, so a Stop(0) during a long drain cancels at
+  // once. Blocks; never fails.
   StopSummary Stop(Duration grace);
 
-  // stopping returns true once Stop was called.
+  // WaitDrained blocks until the drain has ended (it waits for a stop to be
+  // requested first) and returns its report.
+  DrainReport WaitDrained();
+  // WaitDrainedUntil is WaitDrained with a deadline on the monotonic clock;
+  // nullopt if the deadline passed first.
+  std::optional<DrainReport> WaitDrainedUntil(TimePoint deadline);
+
+  // stopping returns true once a stop was requested.
   bool stopping() const { return docket_.closed(); }
 
-  // OnStopping adds `callback` to run (once, on the stopping thread) when
-  // the first Stop begins, e.g. to mark the health service NOT_SERVING.
+  // OnStopping adds `callback` to run (once, on the thread of the first
+  // stop request) when the drain begins, e.g. to mark the health service
+  // NOT_SERVING. Must not block or call RequestStop.
   void OnStopping(std::function<void()> callback);
+
+  // OnDrained runs `callback` with the summary once the drain has ended: on
+  // the drain thread, or at once on this thread if it already has. Must not
+  // block; it may outlive whatever registered it only through what it holds.
+  void OnDrained(std::function<void(const StopSummary&)> callback);
 
   const Docket& docket() const { return docket_; }
   const WorkerOptions& options() const { return options_; }
 
  private:
   void Run(std::shared_ptr<Job> job, const JobHandler* handler);
+  // ReleaseJob takes `job` out of the docket and wakes the drain when that
+  // emptied it.
+  void ReleaseJob(Job* job);
+  // Drain runs on drain_thread_: it waits for the first stop request, then
+  // for the docket to empty, cancelling what is left at the deadline.
+  void Drain();
+  DrainReport Report() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerOptions options_;
   Docket docket_;
   absl::flat_hash_map<std::string, JobHandler> kinds_;
 
-  absl::Mutex mu_;
-  bool stop_started_ ABSL_GUARDED_BY(mu_) = false;
+  mutable absl::Mutex mu_;
+  StopRequests requests_ ABSL_GUARDED_BY(mu_);
   std::size_t in_flight_at_stop_ ABSL_GUARDED_BY(mu_) = 0;
-  bool cancelled_all_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  bool drained_ ABSL_GUARDED_BY(mu_) = false;
+  TimePoint drained_at_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> on_stopping_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const StopSummary&)>> on_drained_
+      ABSL_GUARDED_BY(mu_);
+  // Signalled on a new request, on the docket emptying while it drains, and
+  // when the drain ends.
+  CondVar changed_;
 
-  // Last: destroyed first, joining every job thread before anything above
-  // goes away.
+  // ~Worker joins the drain thread; then threads_, destroyed first, joins
+  // every job thread before anything above goes away.
+  std::thread drain_thread_;
   std::unique_ptr<JobThreads> threads_;
 };
 
