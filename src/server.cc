@@ -358,8 +358,9 @@ class Service final : public v1::Worker::CallbackService {
     auto* reactor = new StopReactor(calls_, stops_, reply);
     const double grace = request->grace_seconds();
     if (std::isnan(grace)) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "grace_seconds: NaN"));
+      const absl::Status refused = absl::InvalidArgumentError("grace_seconds: NaN");
+      spdlog::info("stop rpc: refused: {}", refused.ToString());
+      reactor->Finish(wire::ToGrpc(refused));
       return reactor;
     }
     spdlog::info("stop rpc: draining with grace {} s", grace);

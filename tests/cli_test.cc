@@ -144,6 +144,35 @@ TEST(CliTest, DispatchExitsWith128PlusTheSignal) {
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(128 + SIGTERM));
 }
 
+// An over-limit request fails once and for good, saying its size and the
+// limit, however many attempts are allowed.
+TEST(CliTest, AnOverLimitRequestFailsOncePermanently) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  JobRequest dispatch =
+      Command({"dispatch", "--address", absl::StrCat("127.0.0.1:", daemon.port()),
+               "--attempts", "4", "--", "wc", "-c"});
+  dispatch.exec.stdin_data.assign(70'000'000, '\0');
+  CollectingJob client(dispatch);
+  EXPECT_EQ(RunExec(client), JobOutcome::Exited(76));
+  EXPECT_THAT(client.err(), HasSubstr("rpc error (INVALID_ARGUMENT)"));
+  EXPECT_THAT(client.err(), HasSubstr("more than the limit of 67108864 bytes"));
+  EXPECT_THAT(client.err(), ::testing::Not(HasSubstr("attempt 1 of 4 failed")));
+}
+
+// --timeout passing after the job was accepted says the job started: never
+// "retry" (75).
+TEST(CliTest, TimeoutAfterAcceptanceSaysTheJobStarted) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  CollectingJob client(Command({"dispatch", "--address",
+                                absl::StrCat("127.0.0.1:", daemon.port()),
+                                "--timeout", "1", "--attempts", "3",
+                                "--no-stdin", "--", "sleep", "30"}));
+  EXPECT_EQ(RunExec(client), JobOutcome::Exited(73));
+  EXPECT_THAT(client.err(), HasSubstr("accepted, deadline exceeded"));
+  EXPECT_THAT(client.err(), HasSubstr("the worker cancels it"));
+  EXPECT_THAT(client.err(), ::testing::Not(HasSubstr("attempt 1 of 3 failed")));
+}
+
 struct BadStart {
   std::vector<std::string> args;
   std::map<std::string, std::string> env;

@@ -2,6 +2,7 @@
 // the worker's one drain with jobs that end when told.
 #include "cfdb/worker/drain.h"
 
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -188,19 +189,16 @@ TEST_F(WorkerDrainTest, ALaterLongerRequestChangesNothing) {
 
 TEST_F(WorkerDrainTest, AJobThatFinishesInTimeIsDrained) {
   std::shared_ptr<CollectingJob> job = Dispatch();
-  StopSummary from_callback;
-  absl::Notification called;
-  worker_.OnDrained([&](const StopSummary& s) {
-    from_callback = s;
-    called.Notify();
-  });
+  std::promise<StopSummary> from_callback;
+  worker_.OnDrained([&](const StopSummary& s) { from_callback.set_value(s); });
   worker_.RequestStop({.source = "idle", .grace = hours(1)});
   release_.Notify();
   const DrainReport report = worker_.WaitDrained();
   EXPECT_EQ(report.summary.drained, 1u);
   EXPECT_EQ(report.summary.cancelled, 0u);
-  ASSERT_TRUE(called.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  EXPECT_EQ(from_callback.drained, 1u);
+  std::future<StopSummary> called = from_callback.get_future();
+  ASSERT_EQ(called.wait_for(seconds(30)), std::future_status::ready);
+  EXPECT_EQ(called.get().drained, 1u);
   EXPECT_EQ(job->outcome(), JobOutcome::Exited(0));
   // Registered after the end: answered at once.
   bool late = false;
