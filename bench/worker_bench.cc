@@ -24,7 +24,7 @@
 #include "bare_service.h"
 #include "count_allocations.h"
 #include "benchmark/benchmark.h"
-#include "cfdb/worker/backoff.h"
+#include "daemon/backoff.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/docket.h"
 #include "cfdb/worker/exec.h"
@@ -71,8 +71,8 @@ JobRequest ExecRequest(std::vector<std::string> argv) {
   JobRequest request;
   request.job_id = "bench";
   request.kind = kExecKind;
-  request.exec.argv = std::move(argv);
-  request.exec.env = {{"PATH", "/usr/bin:/bin"}};
+  MutableExec(request).argv = std::move(argv);
+  MutableExec(request).env = {{"PATH", "/usr/bin:/bin"}};
   return request;
 }
 
@@ -82,9 +82,9 @@ class WorkerEnv {
  public:
   explicit WorkerEnv(std::size_t max_concurrent_tasks)
       : worker_({.max_concurrent_tasks = max_concurrent_tasks}) {
-    (void)worker_.RegisterKind(kExecKind, RunExec);
+    (void)worker_.RegisterKind(kExecKind, ExecKind());
     (void)worker_.RegisterKind(
-        "noop", [](JobContext&) { return JobOutcome::Exited(0); });
+        "noop", {.run = [](JobContext&) { return JobOutcome::Exited(0); }});
     server_ = *WorkerServer::Start(worker_, {.address = "127.0.0.1:0"});
     connection_ =
         *WorkerConnection::Open("127.0.0.1:" + std::to_string(server_->port()));

@@ -10,7 +10,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/cmake/tsan.supp
 # The gRPC-free suites of core_test.
-TSAN_TESTS := ^(DocketTest|Drains/ComposeTest|StopRequestsTest|WorkerDrainTest|JobThreadsTest|ReaperTest|ReaperDefaultsTest|ReaperRealClockTest|ConfigTest|BadValueTest|ShutdownTest|BackoffTest|ClassifyErrorTest|FakeClockTest)
+TSAN_TESTS := ^(DocketTest|Drains/ComposeTest|StopRequestsTest|WorkerDrainTest|JobThreadsTest|RetirementTest|RetirementDefaultsTest|RetirementRealClockTest|ConfigTest|BadValueTest|ShutdownTest|BackoffTest|ClassifyErrorTest|FakeClockTest)
 
 # The whole suite under ASan + UBSan (the template tests get their spec
 # under $(ASAN_BUILD)/cfnspec through deps).

@@ -26,9 +26,10 @@ if(CFDB_SANITIZE_FLAGS)
 endif()
 
 # TSan cannot see the uninstrumented abseil's absl::Mutex order memory;
-# tsan_absl.cc tells it, in every program linked from here on.
+# tests/support/tsan_absl.cc tells it, in every program linked from here on.
 if(CFDB_SANITIZE STREQUAL "thread")
-  add_library(cfdb_tsan_absl STATIC ${CMAKE_CURRENT_LIST_DIR}/tsan_absl.cc)
+  add_library(cfdb_tsan_absl STATIC
+    ${CMAKE_CURRENT_LIST_DIR}/../tests/support/tsan_absl.cc)
   link_libraries(cfdb_tsan_absl)
 endif()
 

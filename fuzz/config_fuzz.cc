@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "cfdb/worker/config.h"
+#include "daemon/config.h"
 
 namespace {
 
@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const auto& c = *config;
-  const auto& r = c.reaper;
+  const auto& r = c.retirement;
   if (c.host.empty()) Fail("accepted an empty host", "");
   if (c.port < 0 || c.port > 65535) Fail("port out of range", c.host);
   if (r.idle_timeout < Duration::zero()) Fail("negative idle timeout", "");

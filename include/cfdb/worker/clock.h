@@ -1,8 +1,12 @@
 // Monotonic time for the worker, injectable so timing policy is testable.
 //
-// Everything in cfdb::worker that measures an interval (idle time, lifetime,
-// poll cadence) reads a Clock, never std::chrono::system_clock. Production
-// code uses SteadyClock; tests use FakeClock and advance it by hand:
+// The policies read a Clock: the docket's idle time, and the serve loop's
+// poll cadence, lifetime and backoff waits. Production code uses SteadyClock;
+// tests use FakeClock and advance it by hand. The waits of running code (the
+// drain, output flow control, a job's time limit and kill grace) read
+// std::chrono::steady_clock directly, as only a real process can wait on
+// them; nothing measures an interval with std::chrono::system_clock, which
+// is for log timestamps only.
 //
 //   FakeClock clock;
 //   Docket docket(clock, 4);
@@ -20,8 +24,6 @@
 
 namespace cfdb::worker {
 
-class Watcher;
-
 // Duration and TimePoint are the worker's internal units (nanoseconds on the
 // monotonic clock). Seconds is the double-valued unit used at the edges.
 using Duration = std::chrono::steady_clock::duration;
@@ -33,6 +35,19 @@ using Seconds = std::chrono::duration<double>;
 Duration ToDuration(Seconds seconds);
 double ToSeconds(Duration duration);
 
+// StopToken is what can end a Clock's wait early; a Watcher of a Shutdown
+// (shutdown.h) is one. Implementations are safe for concurrent use.
+class StopToken {
+ public:
+  virtual ~StopToken() = default;
+  // stop_requested returns true once a stop was requested.
+  virtual bool stop_requested() const = 0;
+  // WaitUntil blocks until a stop is requested or the monotonic clock
+  // reaches `deadline`. Returns false if a stop was requested, true if the
+  // deadline passed.
+  virtual bool WaitUntil(TimePoint deadline) const = 0;
+};
+
 // Clock reads monotonic time and waits on it. Implementations are safe for
 // concurrent use.
 class Clock {
@@ -42,10 +57,10 @@ class Clock {
   // Now returns the current monotonic time.
   virtual TimePoint Now() const = 0;
 
-  // WaitUntil blocks until `deadline` or until `watcher` sees a stop,
+  // WaitUntil blocks until `deadline` or until `stop` sees a stop,
   // whichever is first. Returns false if a stop was requested (before or
   // during the wait), true if the deadline was reached. Never throws.
-  virtual bool WaitUntil(TimePoint deadline, const Watcher& watcher) const = 0;
+  virtual bool WaitUntil(TimePoint deadline, const StopToken& stop) const = 0;
 };
 
 // SteadyClock is the real clock, on std::chrono::steady_clock. A stop wakes
@@ -56,7 +71,7 @@ class SteadyClock final : public Clock {
   static const SteadyClock& Get();
 
   TimePoint Now() const override;
-  bool WaitUntil(TimePoint deadline, const Watcher& watcher) const override;
+  bool WaitUntil(TimePoint deadline, const StopToken& stop) const override;
 };
 
 // FakeClock is a manual clock for tests. It starts at an arbitrary fixed
@@ -72,7 +87,7 @@ class FakeClock final : public Clock {
   FakeClock();
 
   TimePoint Now() const override;
-  bool WaitUntil(TimePoint deadline, const Watcher& watcher) const override;
+  bool WaitUntil(TimePoint deadline, const StopToken& stop) const override;
 
   // Advance moves the clock forward by `d` (d >= 0).
   void Advance(Duration d);

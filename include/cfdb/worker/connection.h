@@ -20,21 +20,10 @@
 #include "absl/status/statusor.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/credentials.h"
+#include "cfdb/worker/drain.h"
 #include "cfdb/worker/job.h"
-#include "cfdb/worker/worker.h"
 
 namespace cfdb::worker {
-
-// IdleSource is the narrow part of a connection the serve loop needs, so the
-// loop is testable with a fake.
-class IdleSource {
- public:
-  virtual ~IdleSource() = default;
-  // IdleTime returns the worker's idle seconds. See WorkerConnection.
-  virtual absl::StatusOr<double> IdleTime(Duration timeout) = 0;
-  // Close releases the connection. May fail; safe to call more than once.
-  virtual absl::Status Close() = 0;
-};
 
 struct DispatchCallbacks {
   // Called once when the worker accepted the job.
@@ -46,19 +35,19 @@ struct DispatchCallbacks {
 // WorkerConnection talks to one worker. Channels are pooled process-wide by
 // (target, credentials): connections to the same worker share one channel.
 // Safe for concurrent use. Each call blocks until its reply or its deadline.
-class WorkerConnection final : public IdleSource {
+class WorkerConnection final {
  public:
   // Open makes a connection to `target` ("host:port"). Does not dial yet.
   // INVALID_ARGUMENT for an empty target.
   static absl::StatusOr<std::unique_ptr<WorkerConnection>> Open(
       std::string target, Credentials credentials = Credentials::Insecure());
 
-  ~WorkerConnection() override;
+  ~WorkerConnection();
 
   // IdleTime returns the worker's idle seconds (Idle RPC) with a per-call
   // deadline of `timeout`. INVALID_ARGUMENT without calling the worker for a
   // non-positive timeout; otherwise the call's gRPC status.
-  absl::StatusOr<double> IdleTime(Duration timeout) override;
+  absl::StatusOr<double> IdleTime(Duration timeout);
 
   // Stop asks the worker to stop with a drain `grace` (see Worker::Stop) and
   // returns once it drained. `timeout` bounds the whole call; it must be
@@ -88,14 +77,13 @@ class WorkerConnection final : public IdleSource {
   // Close releases this connection's hold on the pooled channel (calls in
   // progress finish first). Later calls, and a second Close, fail with
   // FAILED_PRECONDITION.
-  absl::Status Close() override;
+  absl::Status Close();
 
   const std::string& target() const { return target_; }
   const Credentials& credentials() const { return credentials_; }
 
-  class Impl;
-
  private:
+  class Impl;
   WorkerConnection(std::string target, Credentials credentials,
                    std::unique_ptr<Impl> impl);
   std::string target_;

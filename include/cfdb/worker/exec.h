@@ -1,20 +1,56 @@
 // The built-in "exec" job kind: run a program directly, stream its output.
+//
+//   worker.RegisterKind(kExecKind, ExecKind());
+//   JobRequest request{.job_id = "j1", .kind = kExecKind};
+//   MutableExec(request).argv = {"sha256sum"};
 #pragma once
 
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cfdb/worker/clock.h"
 #include "cfdb/worker/job.h"
+#include "cfdb/worker/worker.h"
 
 namespace cfdb::worker {
 
-// kExecKind is the name the daemon registers RunExec under.
+// kExecKind is the name the daemon registers the exec kind under.
 inline constexpr char kExecKind[] = "exec";
 
-// RunExec runs `ctx.request().exec`: the program starts (posix_spawnp, no
-// shell) in a new process group with the given environment, working
-// directory and standard input, and default signal dispositions. Its stdout
-// and stderr are read as they come and passed to ctx.Emit in chunks of at
-// most 1 MiB (what the pipe holds when read); while Emit blocks (the client
-// reads slowly) the pipes are not read, so the program blocks too and the
-// worker's memory stays bounded.
+// ExecSpec is the job of the exec kind: a program started directly (no
+// shell) in its own process group. It travels in JobRequest::spec and
+// mirrors cfdb.worker.v1.ExecSpec.
+struct ExecSpec {
+  std::vector<std::string> argv;           // non-empty; argv[0] via PATH
+  std::map<std::string, std::string> env;  // the whole environment
+  std::string cwd;                         // empty: the worker's own
+  std::string stdin_data;                  // written, then stdin closes
+  Duration time_limit = Duration::zero();  // zero: no limit
+};
+
+// FindExec returns the request's ExecSpec, or null if it carries none.
+const ExecSpec* FindExec(const JobRequest& request);
+// MutableExec returns the request's ExecSpec, making an empty one first if
+// it carries none (or something else).
+ExecSpec& MutableExec(JobRequest& request);
+
+// ValidateExec checks a request of the exec kind. INVALID_ARGUMENT naming
+// the bad field: no ExecSpec, an empty argv, a NUL byte in argv, env or cwd,
+// an env name that is empty or has '=', more than 1 MiB of argv + env (about
+// what Linux takes in one exec), a negative time limit.
+absl::Status ValidateExec(const JobRequest& request);
+
+// RunExec runs the request's ExecSpec: the program starts (vfork + execve,
+// no shell) in a new process group with the given environment, working
+// directory and standard input, default signal dispositions, no blocked
+// signal and no descriptor but 0, 1 and 2; it dies with the calling thread
+// (PR_SET_PDEATHSIG), which RunExec keeps until the program is reaped. Its
+// stdout and stderr are read as they come and passed to ctx.Emit in chunks
+// of at most 1 MiB (what the pipe holds when read); while Emit blocks (the
+// client reads slowly) the pipes are not read, so the program blocks too and
+// the worker's memory stays bounded.
 //
 // Cancellation (ctx cancelled, or the time limit passed) sends SIGTERM to the
 // process group, then SIGKILL after ctx.kill_grace(). When the program exits,
@@ -27,5 +63,9 @@ inline constexpr char kExecKind[] = "exec";
 // kCancelled or kTimeLimitExceeded otherwise. Thread-safe: each call is
 // independent. Blocks SIGPIPE in the calling thread.
 JobOutcome RunExec(JobContext& ctx);
+
+// ExecKind returns the exec kind, {ValidateExec, RunExec}, for
+// Worker::RegisterKind.
+JobKind ExecKind();
 
 }  // namespace cfdb::worker

@@ -2,39 +2,30 @@
 // while it runs, and how a job ends.
 //
 // A program that embeds the library registers its own job kinds next to the
-// built-in "exec" (see worker.h):
+// built-in "exec" (see worker.h and exec.h):
 //
-//   worker.RegisterKind("echo", [](JobContext& ctx) {
+//   worker.RegisterKind("echo", {.run = [](JobContext& ctx) {
 //     ctx.Emit(OutputStream::kStdout, ctx.request().payload);
 //     return JobOutcome::Exited(0);
-//   });
+//   }});
 #pragma once
 
-#include <map>
+#include <any>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "cfdb/worker/clock.h"
 
 namespace cfdb::worker {
 
-// ExecSpec is the job of the built-in "exec" kind: a program started directly
-// (no shell) in its own process group. Mirrors cfdb.worker.v1.ExecSpec.
-struct ExecSpec {
-  std::vector<std::string> argv;               // non-empty; argv[0] via PATH
-  std::map<std::string, std::string> env;      // the whole environment
-  std::string cwd;                             // empty: the worker's own
-  std::string stdin_data;                      // written, then stdin closes
-  Duration time_limit = Duration::zero();      // zero: no limit
-};
-
 // JobRequest is one dispatched job.
 struct JobRequest {
-  std::string job_id;  // 1..256 printable ASCII bytes
-  std::string kind;    // a registered kind, e.g. "exec"
-  ExecSpec exec;       // for kind "exec"
-  std::string payload; // opaque bytes for an embedded kind
+  std::string job_id;   // 1..256 printable ASCII bytes
+  std::string kind;     // a registered kind, e.g. "exec"
+  std::string payload;  // opaque bytes for an embedded kind
+  // The request as its kind reads it, when the transport parsed one for it
+  // (the exec kind's ExecSpec, see exec.h); empty otherwise.
+  std::any spec;
 };
 
 enum class OutputStream { kStdout, kStderr };

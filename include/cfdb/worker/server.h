@@ -66,10 +66,8 @@ class WorkerServer {
   // done. Idempotent.
   void Shutdown(Duration deadline);
 
-  // Implementation detail, public for the .cc file.
-  class Impl;
-
  private:
+  class Impl;
   WorkerServer(std::unique_ptr<Impl> impl, int port);
   std::unique_ptr<Impl> impl_;
   int port_;

@@ -51,18 +51,18 @@ struct ShutdownState;
 
 // Watcher observes a Shutdown. Cheap to copy; safe for concurrent use; keeps
 // the shared state alive, so it may outlive its Shutdown.
-class Watcher {
+class Watcher final : public StopToken {
  public:
   // stop_requested returns true once any stop was requested.
-  bool stop_requested() const;
+  bool stop_requested() const override;
 
   // cause returns the first stop's cause, or kNone.
   StopCause cause() const;
 
-  // WaitUntil blocks until a stop is requested or the steady clock reaches
-  // `deadline`. Returns false if a stop was requested (it wakes within
-  // microseconds of the request), true if the deadline passed.
-  bool WaitUntil(TimePoint deadline) const;
+  // WaitUntil blocks until a stop is requested or the monotonic clock
+  // reaches `deadline`. Returns false if a stop was requested (it wakes
+  // within microseconds of the request), true if the deadline passed.
+  bool WaitUntil(TimePoint deadline) const override;
 
  private:
   friend class Shutdown;

@@ -3,7 +3,7 @@
 // on the network.
 //
 //   Worker worker(WorkerOptions{.max_concurrent_tasks = 4});
-//   worker.RegisterKind("exec", RunExec);     // the daemon does this
+//   worker.RegisterKind(kExecKind, ExecKind());  // the daemon does this
 //   auto server = WorkerServer::Start(worker, {.address = "127.0.0.1:0"});
 //   ...
 //   StopSummary summary = worker.Stop(std::chrono::seconds(30));
@@ -31,9 +31,21 @@ namespace cfdb::worker {
 class JobThreads;  // src/job_threads.h
 
 // JobHandler runs one job of a kind to its end and returns how it ended. It
-// runs on a job thread (one job at a time per thread) and must return soon after its context is
-// cancelled; a handler that ignores cancellation holds up Stop.
+// runs on a job thread (one job at a time per thread) and must return soon
+// after its context is cancelled; a handler that ignores cancellation holds
+// up Stop.
 using JobHandler = std::function<JobOutcome(JobContext&)>;
+
+// JobValidator checks a request of its kind before the job is admitted:
+// INVALID_ARGUMENT naming the bad field refuses it.
+using JobValidator = std::function<absl::Status(const JobRequest&)>;
+
+// JobKind is what a registered kind does: an optional validator and the
+// handler that runs its jobs.
+struct JobKind {
+  JobValidator validate;  // may be empty: every request is valid
+  JobHandler run;
+};
 
 // Job is one job as a transport sees it: the transport subclasses it to carry
 // output and the outcome to its client, and hands it to Worker::Dispatch.
@@ -99,15 +111,14 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // RegisterKind makes `kind` dispatchable. INVALID_ARGUMENT for an empty
-  // name or handler; ALREADY_EXISTS if the kind is registered. Call before
-  // the worker is served.
-  absl::Status RegisterKind(std::string kind, JobHandler handler);
+  // RegisterKind makes `name` dispatchable. INVALID_ARGUMENT for an empty
+  // name or no handler; ALREADY_EXISTS if the name is registered. Call
+  // before the worker is served.
+  absl::Status RegisterKind(std::string name, JobKind kind);
 
   // Validate checks a request without running it. INVALID_ARGUMENT naming
-  // the bad field: job_id (empty, > 256 bytes, not printable ASCII), unknown
-  // kind, and for "exec" empty argv, a NUL byte in argv/env/cwd, an env name
-  // with '=', a negative or non-finite time limit.
+  // the bad field: job_id (empty, > 256 bytes, not printable ASCII), an
+  // unknown kind, or whatever the kind's validator refuses.
   absl::Status Validate(const JobRequest& request) const;
 
   // Dispatch validates `job`'s request, admits it to the docket and runs its
@@ -177,7 +188,7 @@ class Worker {
 
   const WorkerOptions options_;
   Docket docket_;
-  absl::flat_hash_map<std::string, JobHandler> kinds_;
+  absl::flat_hash_map<std::string, JobKind> kinds_;
 
   mutable absl::Mutex mu_;
   StopRequests requests_ ABSL_GUARDED_BY(mu_);

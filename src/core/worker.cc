@@ -1,0 +1,231 @@
+#include "cfdb/worker/worker.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/job_threads.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker {
+namespace {
+
+constexpr std::size_t kMaxJobIdBytes = 256;
+
+bool Printable(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+}  // namespace
+
+Job::Job(JobRequest request, Duration kill_grace)
+    : request_(std::move(request)),
+      kill_grace_(kill_grace),
+      cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+Job::~Job() {
+  if (cancel_fd_ >= 0) close(cancel_fd_);
+}
+
+bool Job::cancelled() const { return cancelled_.load(); }
+
+void Job::Cancel() {
+  if (cancelled_.exchange(true)) return;
+  const uint64_t one = 1;
+  if (cancel_fd_ >= 0) (void)!write(cancel_fd_, &one, sizeof one);
+  OnCancelled();
+}
+
+Worker::Worker(WorkerOptions options, const Clock& clock)
+    : options_(options),
+      docket_(clock, options.max_concurrent_tasks),
+      drain_thread_([this] { Drain(); }),
+      threads_(std::make_unique<JobThreads>(docket_.capacity(),
+                                            options.job_nice)) {}
+
+Worker::~Worker() {
+  {
+    // Whoever registered these may be gone already.
+    absl::MutexLock lock(&mu_);
+    on_stopping_.clear();
+    on_drained_.clear();
+  }
+  RequestStop({.source = "worker destroyed", .grace = Duration::zero()});
+  drain_thread_.join();
+  // threads_, declared last, is destroyed first: it joins every job thread
+  // before the docket and the kinds they use go away.
+}
+
+absl::Status Worker::RegisterKind(std::string name, JobKind kind) {
+  if (name.empty() || !kind.run) {
+    return absl::InvalidArgumentError("a job kind needs a name and a handler");
+  }
+  if (!kinds_.emplace(name, std::move(kind)).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("job kind '", name, "' is already registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Validate(const JobRequest& request) const {
+  if (request.job_id.empty() || request.job_id.size() > kMaxJobIdBytes ||
+      !Printable(request.job_id)) {
+    return absl::InvalidArgumentError(
+        "job_id: must be 1 to 256 printable ASCII bytes");
+  }
+  const auto kind = kinds_.find(request.kind);
+  if (kind == kinds_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind: unknown job kind '", request.kind, "'"));
+  }
+  return kind->second.validate ? kind->second.validate(request)
+                               : absl::OkStatus();
+}
+
+absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
+  if (absl::Status s = Validate(job->request()); !s.ok()) return s;
+  // Without its eventfd (descriptors ran out) a job blocked in poll(2) would
+  // never see a cancel or a stop, so refuse it; the client retries later.
+  if (job->cancel_fd() < 0) {
+    return absl::ResourceExhaustedError(
+        "out of file descriptors: no cancel eventfd for the job");
+  }
+  const JobHandler* handler = &kinds_.find(job->request().kind)->second.run;
+  if (absl::Status s = docket_.Admit(job.get()); !s.ok()) return s;
+  job->OnAccepted();
+
+  if (!threads_->Post([this, job, handler] { Run(job, handler); })) {
+    // Accepted already: report the failure rather than dropping the job.
+    job->OnOutcome(JobOutcome::Failed(JobOutcome::Failure::kStartFailed,
+                                      "no thread to run the job on"));
+    ReleaseJob(job.get());
+  }
+  return absl::OkStatus();
+}
+
+void Worker::Run(std::shared_ptr<Job> job, const JobHandler* handler) {
+  const JobRequest& request = job->request();
+  spdlog::debug("job {}: started ({})", request.job_id, request.kind);
+  JobOutcome outcome;
+  try {
+    outcome = (*handler)(*job);
+  } catch (const std::exception& e) {
+    outcome = JobOutcome::Failed(JobOutcome::Failure::kHandlerError, e.what());
+  }
+  LogEvent(spdlog::level::info,
+           absl::StrCat("job ", request.job_id, ": ", outcome.ToString()),
+           {{"job_id", request.job_id},
+            {"kind", request.kind},
+            {"outcome", outcome.kind == JobOutcome::Kind::kFailed
+                            ? std::string(FailureName(outcome.failure))
+                            : outcome.kind == JobOutcome::Kind::kSignaled
+                                ? std::string("SIGNALED")
+                                : std::string("EXITED")}});
+  job->OnOutcome(outcome);
+  ReleaseJob(job.get());
+}
+
+void Worker::ReleaseJob(Job* job) {
+  // The drain waits for the docket to empty: tell it when it has.
+  if (docket_.Release(job) && docket_.closed()) {
+    absl::MutexLock lock(&mu_);
+    changed_.SignalAll();
+  }
+}
+
+void Worker::OnStopping(std::function<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  on_stopping_.push_back(std::move(callback));
+}
+
+void Worker::OnDrained(std::function<void(const StopSummary&)> callback) {
+  std::optional<StopSummary> summary;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!drained_) {
+      on_drained_.push_back(std::move(callback));
+      return;
+    }
+    summary = Report().summary;
+  }
+  callback(*summary);
+}
+
+void Worker::RequestStop(StopRequest request) {
+  if (request.arrival == TimePoint{}) {
+    request.arrival = std::chrono::steady_clock::now();
+  }
+  std::vector<std::function<void()>> on_stopping;
+  {
+    absl::MutexLock lock(&mu_);
+    if (requests_.empty()) {
+      docket_.Close();
+      in_flight_at_stop_ = docket_.in_flight();
+      on_stopping.swap(on_stopping_);
+    }
+    requests_.Add(request);
+  }
+  changed_.SignalAll();
+  for (const auto& callback : on_stopping) callback();
+}
+
+void Worker::Drain() {
+  std::vector<std::function<void(const StopSummary&)>> on_drained;
+  StopSummary summary;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](StopRequests* r) { return !r->empty(); }, &requests_));
+    bool cancelled_all = false;
+    while (docket_.in_flight() > 0) {
+      const TimePoint deadline = requests_.deadline();
+      if (!cancelled_all && std::chrono::steady_clock::now() >= deadline) {
+        cancelled_all = true;
+        cancelled_ = docket_.CancelAll();
+        continue;
+      }
+      changed_.WaitUntil(mu_, cancelled_all ? TimePoint::max() : deadline);
+    }
+    drained_ = true;
+    drained_at_ = std::chrono::steady_clock::now();
+    on_drained.swap(on_drained_);
+    summary = Report().summary;
+  }
+  changed_.SignalAll();
+  for (const auto& callback : on_drained) callback(summary);
+}
+
+DrainReport Worker::Report() const {
+  const TimePoint began = requests_.first_arrival();
+  DrainReport report;
+  report.summary.cancelled = std::min(cancelled_, in_flight_at_stop_);
+  report.summary.drained = in_flight_at_stop_ - report.summary.cancelled;
+  report.requests = requests_.Describe(began);
+  report.deadline_source = requests_.deadline_source();
+  report.took = drained_at_ - began;
+  return report;
+}
+
+std::optional<DrainReport> Worker::WaitDrainedUntil(TimePoint deadline) {
+  absl::MutexLock lock(&mu_);
+  if (!changed_.AwaitUntil(mu_, deadline, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return drained_;
+      })) {
+    return std::nullopt;
+  }
+  return Report();
+}
+
+DrainReport Worker::WaitDrained() { return *WaitDrainedUntil(TimePoint::max()); }
+
+StopSummary Worker::Stop(Duration grace) {
+  RequestStop({.source = "Stop()", .grace = grace});
+  return WaitDrained().summary;
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,47 @@
+#include "daemon/address.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace cfdb::worker {
+namespace {
+
+std::string_view Unbracketed(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+}  // namespace
+
+std::string JoinHostPort(std::string_view host, int port) {
+  if (host.find(':') != host.npos && host.front() != '[') {
+    return absl::StrCat("[", std::string(host), "]:", port);
+  }
+  return absl::StrCat(std::string(host), ":", port);
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  return inet_pton(AF_INET6, std::string(Unbracketed(host)).c_str(), &v6) == 1 &&
+         IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+std::string LoopbackTarget(std::string_view host, int port) {
+  const std::string_view bare = Unbracketed(host);
+  if (bare == "::") return JoinHostPort("::1", port);
+  if (bare == "0.0.0.0" || bare == "localhost") {
+    return JoinHostPort("127.0.0.1", port);
+  }
+  return JoinHostPort(bare, port);
+}
+
+}  // namespace cfdb::worker

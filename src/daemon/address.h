@@ -1,0 +1,23 @@
+// Hosts and host:port addresses, shared by serve, its self-poll and the
+// client commands.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cfdb::worker {
+
+// JoinHostPort formats host and port, bracketing an IPv6 host.
+std::string JoinHostPort(std::string_view host, int port);
+
+// IsLoopbackHost returns true for "localhost" and for an IP literal of the
+// loopback network (127.0.0.0/8, ::1, also bracketed), parsed with
+// inet_pton: "127.evil.example" or "127.0.0.1 " are not loopback.
+bool IsLoopbackHost(std::string_view host);
+
+// LoopbackTarget returns the address the serve loop dials to poll its own
+// worker, with `port`: 127.0.0.1 (or [::1]) for a wildcard host or
+// "localhost", otherwise the listen host itself.
+std::string LoopbackTarget(std::string_view host, int port);
+
+}  // namespace cfdb::worker

@@ -1,0 +1,176 @@
+// `cfdb-worker idle|stop|dispatch`: the binary as a client of any worker.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/backoff.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
+#include "cfdb/worker/exec.h"
+#include "daemon/commands.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker::cli {
+namespace {
+
+// WhatItMeans says what a kind promises about the job, where that is not
+// plain from its name.
+std::string_view WhatItMeans(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kOutcomeUnknown:
+      return " -- the job was accepted and started; whether it finished is "
+             "unknown, so do not resend it blindly";
+    case ErrorKind::kAcceptedDeadlineExceeded:
+      return " -- the job was accepted and started; the worker cancels it now "
+             "that the call has ended";
+    default:
+      return "";
+  }
+}
+
+// Fail reports a failed call in one line and returns its exit code.
+int Fail(Rpc rpc, std::string_view address, const absl::Status& status) {
+  const ErrorKind kind = ClassifyError(rpc, status);
+  std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind)
+            << " (" << absl::StatusCodeToString(status.code())
+            << "): " << status.message() << WhatItMeans(kind) << "\n";
+  return ExitCodeFor(kind);
+}
+
+// Backoff of the client commands' retries: short, as a person is waiting.
+constexpr Duration kRetryInitialDelay = std::chrono::milliseconds(500);
+constexpr Duration kRetryMaxDelay = std::chrono::seconds(10);
+
+// WithRetries calls `call` until it succeeds, fails with other than a
+// transient error, or `attempts` calls were made. A job the worker accepted
+// is never sent twice: a failure after acceptance is not transient.
+template <typename Call>
+auto WithRetries(const ClientOptions& options, Rpc rpc, Call call)
+    -> decltype(call()) {
+  Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
+  for (int attempt = 1;; ++attempt) {
+    auto result = call();
+    if (result.ok() || attempt >= options.attempts ||
+        !IsTransient(ClassifyError(rpc, result.status()))) {
+      return result;
+    }
+    const Duration delay = backoff.Failed();
+    spdlog::warn("attempt {} of {} failed: {}; retrying in {:.1f} s", attempt,
+                 options.attempts, result.status().ToString(),
+                 ToSeconds(delay));
+    // On the monotonic clock; Ctrl-C ends a client through its default
+    // disposition.
+    std::this_thread::sleep_for(delay);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<WorkerConnection>> Connect(
+    const ClientOptions& options) {
+  return WorkerConnection::Open(options.address, options.credentials);
+}
+
+void WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // the reader went away; nothing useful to do
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+int RunIdle(const ClientOptions& options) {
+  auto connection = Connect(options);
+  if (!connection.ok()) return Fail(Rpc::kIdle, options.address, connection.status());
+  absl::StatusOr<double> idle = WithRetries(options, Rpc::kIdle, [&] {
+    return (*connection)->IdleTime(options.timeout);
+  });
+  if (!idle.ok()) return Fail(Rpc::kIdle, options.address, idle.status());
+  std::cout << absl::StrFormat("%.3f", *idle) << "\n";
+  return kExitOk;
+}
+
+int RunHealth(const ClientOptions& options) {
+  auto connection = Connect(options);
+  if (!connection.ok()) return Fail(Rpc::kHealth, options.address, connection.status());
+  absl::StatusOr<WorkerConnection::ServingStatus> status =
+      WithRetries(options, Rpc::kHealth,
+                  [&] { return (*connection)->Health(options.timeout); });
+  if (!status.ok()) return Fail(Rpc::kHealth, options.address, status.status());
+  switch (*status) {
+    case WorkerConnection::ServingStatus::kServing:
+      std::cout << "SERVING\n";
+      return kExitOk;
+    case WorkerConnection::ServingStatus::kNotServing:
+      std::cout << "NOT_SERVING\n";
+      return kExitRuntimeFailure;
+    case WorkerConnection::ServingStatus::kUnknown:
+      break;
+  }
+  std::cout << "UNKNOWN\n";
+  return kExitRuntimeFailure;
+}
+
+int RunStop(const ClientOptions& options, double grace_seconds) {
+  auto connection = Connect(options);
+  if (!connection.ok()) return Fail(Rpc::kStop, options.address, connection.status());
+  const Duration grace =
+      grace_seconds < 0 ? Duration(-1) : ToDuration(Seconds(grace_seconds));
+  absl::StatusOr<StopSummary> summary = WithRetries(options, Rpc::kStop, [&] {
+    return (*connection)->Stop(grace, options.timeout);
+  });
+  if (!summary.ok()) return Fail(Rpc::kStop, options.address, summary.status());
+  std::cout << "stopped: " << summary->drained << " jobs drained, "
+            << summary->cancelled << " cancelled\n";
+  return kExitOk;
+}
+
+int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
+  JobRequest request;
+  request.job_id = dispatch.job_id.empty()
+                       ? absl::StrCat("cli-", getpid(), "-",
+                                      std::chrono::system_clock::now()
+                                          .time_since_epoch()
+                                          .count())
+                       : dispatch.job_id;
+  request.kind = "exec";
+  MutableExec(request).argv = dispatch.argv;
+  MutableExec(request).env = dispatch.env;
+  MutableExec(request).cwd = dispatch.cwd;
+  MutableExec(request).time_limit = ToDuration(Seconds(dispatch.time_limit_seconds));
+  if (dispatch.read_stdin && !isatty(STDIN_FILENO)) {
+    MutableExec(request).stdin_data.assign(std::istreambuf_iterator<char>(std::cin),
+                                   std::istreambuf_iterator<char>());
+  }
+  auto connection = Connect(options);
+  if (!connection.ok()) {
+    return Fail(Rpc::kDispatch, options.address, connection.status());
+  }
+  DispatchCallbacks callbacks;
+  callbacks.on_output = [](OutputStream stream, std::string_view data) {
+    WriteAll(stream == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO,
+             data);
+  };
+  std::optional<Duration> timeout;
+  if (options.timeout > Duration::zero()) timeout = options.timeout;
+  absl::StatusOr<JobOutcome> outcome = WithRetries(
+      options, Rpc::kDispatch,
+      [&] { return (*connection)->Dispatch(request, callbacks, timeout); });
+  if (!outcome.ok()) return Fail(Rpc::kDispatch, options.address, outcome.status());
+  if (outcome->kind == JobOutcome::Kind::kFailed) {
+    std::cerr << "cfdb-worker: job " << request.job_id << " "
+              << outcome->ToString() << "\n";
+  }
+  return outcome->ShellStatus();
+}
+
+}  // namespace cfdb::worker::cli

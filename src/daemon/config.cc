@@ -1,0 +1,312 @@
+#include "daemon/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/address.h"
+
+namespace cfdb::worker {
+namespace {
+
+std::string Fallback(double value) { return absl::StrCat(value); }
+
+}  // namespace
+
+namespace knob {
+
+const Knob kHost{"--host", "CFDB_WORKER_HOST", "127.0.0.1", "HOST",
+                 "address to listen on (0.0.0.0 for all IPv4 interfaces)"};
+const Knob kPort{"--port", "CFDB_WORKER_PORT", "50051", "PORT",
+                 "port to listen on, 0..65535 (0: pick a free port and log it)"};
+const Knob kIdleTimeout{"--idle-timeout-seconds",
+                        "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
+                        Fallback(kDefaultIdleTimeoutSeconds), "SECONDS",
+                        "retire the worker after this long idle, >= 0 (0: never)"};
+const Knob kIdlePollInterval{"--idle-poll-interval-seconds",
+                             "CFDB_WORKER_IDLE_POLL_INTERVAL_SECONDS",
+                             Fallback(kDefaultIdlePollIntervalSeconds), "SECONDS",
+                             "time between idle polls, > 0"};
+const Knob kIdlePollDeadline{
+    "--idle-poll-deadline-seconds", "CFDB_WORKER_IDLE_POLL_DEADLINE_SECONDS",
+    Fallback(kDefaultIdlePollDeadlineSeconds), "SECONDS",
+    "deadline of one idle poll, > 0 and <= the interval (or the interval if "
+    "shorter)"};
+const Knob kIdlePollFailureLimit{
+    "--idle-poll-failure-limit", "CFDB_WORKER_IDLE_POLL_FAILURE_LIMIT",
+    absl::StrCat(kDefaultIdlePollFailureLimit), "COUNT",
+    "stop polling after this many failed polls in a row, >= 1"};
+const Knob kMaxLifetime{"--max-lifetime-seconds",
+                        "CFDB_WORKER_MAX_LIFETIME_SECONDS",
+                        Fallback(kDefaultMaxLifetimeSeconds), "SECONDS",
+                        "retire the worker this long after start, >= 0 (0: never)"};
+const Knob kMaxLifetimeGrace{
+    "--max-lifetime-grace-seconds", "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
+    Fallback(kDefaultMaxLifetimeGraceSeconds), "SECONDS",
+    "drain grace of the idle and max-lifetime exits (< 0: no limit)"};
+const Knob kSignalGrace{
+    "--signal-grace-seconds", "CFDB_WORKER_SIGNAL_GRACE_SECONDS",
+    Fallback(kDefaultSignalGraceSeconds), "SECONDS",
+    "drain grace on SIGTERM/SIGINT (0: cancel at once; < 0: no limit)"};
+const Knob kMaxConcurrentTasks{
+    "--max-concurrent-tasks", "CFDB_WORKER_MAX_CONCURRENT_TASKS", "", "COUNT",
+    "most jobs in flight at once, >= 1 (default: number of CPUs)"};
+const Knob kTaskKillGrace{"--task-kill-grace-seconds",
+                          "CFDB_WORKER_TASK_KILL_GRACE_SECONDS", "10", "SECONDS",
+                          "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"};
+const Knob kJobNice{"--job-nice", "CFDB_WORKER_JOB_NICE",
+                    absl::StrCat(WorkerOptions{}.job_nice), "NICE",
+                    "added to the nice value of jobs, 0..19, so Idle, Stop and "
+                    "health answers get the CPU first"};
+const Knob kLogLevel{"--log-level", "CFDB_WORKER_LOG_LEVEL", "info", "LEVEL",
+                     "trace, debug, info, warn, error, critical or off"};
+const Knob kLogFormat{"--log-format", "CFDB_WORKER_LOG_FORMAT", "text", "FORMAT",
+                      "text, or json: one JSON object per line (for CloudWatch)"};
+const Knob kAllowInsecure{"--allow-insecure", "CFDB_WORKER_ALLOW_INSECURE",
+                          "false", "",
+                          "allow plaintext on a non-loopback address", true};
+
+const Knob kTlsCa{"--tls-ca", "CFDB_WORKER_TLS_CA", "", "PATH",
+                  "PEM file of the CA that signs workers and clients (mutual TLS)"};
+const Knob kTlsCert{"--tls-cert", "CFDB_WORKER_TLS_CERT", "", "PATH",
+                    "PEM certificate chain this side presents"};
+const Knob kTlsKey{"--tls-key", "CFDB_WORKER_TLS_KEY", "", "PATH",
+                   "PEM private key of --tls-cert"};
+const Knob kTlsIdentity{
+    "--tls-identity", "CFDB_WORKER_TLS_IDENTITY", "", "NAME",
+    "SAN expected on the worker's certificate (empty: the dialled host)"};
+const Knob kTlsRefreshInterval{"--tls-refresh-interval-seconds",
+                               "CFDB_WORKER_TLS_REFRESH_INTERVAL_SECONDS", "60",
+                               "SECONDS",
+                               "how often certificate files are re-read, >= 1"};
+
+const Knob kAddress{"--address", "CFDB_WORKER_ADDRESS", "127.0.0.1:50051",
+                    "HOST:PORT", "worker address"};
+const Knob kAttempts{"--attempts", "CFDB_WORKER_ATTEMPTS", "1", "COUNT",
+                     "retry transient errors until this many attempts, with a "
+                     "backoff from 0.5 s to 10 s, 1..1000 (1: no retry)"};
+
+}  // namespace knob
+
+namespace {
+
+// Setting is one knob's text and where it came from.
+struct Setting {
+  std::string text;
+  std::string source;  // the flag or variable, for messages
+  bool explicit_value = false;
+};
+
+class Resolver {
+ public:
+  Resolver(const FlagValues& flags, const EnvLookup& env)
+      : flags_(flags), env_(env) {}
+
+  // Get returns the setting of `knob`: the flag given, else its variable
+  // when set to something, else the default.
+  Setting Get(const Knob& knob) const {
+    if (auto it = flags_.find(knob.flag); it != flags_.end()) {
+      return {it->second, std::string(knob.flag), true};
+    }
+    if (std::optional<std::string> value = env_(knob.variable);
+        value.has_value() && !value->empty()) {
+      return {*value, std::string(knob.variable), true};
+    }
+    return {knob.fallback, absl::StrCat(std::string(knob.flag), " (default)"),
+            false};
+  }
+
+  // Seconds parses a finite number of seconds; negative only if allowed.
+  absl::StatusOr<Duration> Seconds(const Knob& knob, bool allow_negative) const {
+    const Setting s = Get(knob);
+    double value = 0;
+    if (!absl::SimpleAtod(s.text, &value)) return Bad(s, "is not a number");
+    if (!std::isfinite(value)) return Bad(s, "is not a finite number");
+    if (value < 0 && !allow_negative) return Bad(s, "is negative");
+    return value < 0 ? Duration(-1) : ToDuration(cfdb::worker::Seconds(value));
+  }
+
+  absl::StatusOr<bool> Switch(const Knob& knob) const {
+    const Setting s = Get(knob);
+    bool value = false;
+    if (!absl::SimpleAtob(s.text, &value)) return Bad(s, "is not true or false");
+    return value;
+  }
+
+  absl::StatusOr<int64_t> Integer(const Knob& knob, int64_t min,
+                                  int64_t max) const {
+    const Setting s = Get(knob);
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(s.text, &value)) return Bad(s, "is not a whole number");
+    if (value < min || value > max) {
+      return Bad(s, absl::StrCat("is outside ", min, "..", max));
+    }
+    return value;
+  }
+
+  // NonEmpty returns the text of `knob`, refusing an empty one.
+  absl::StatusOr<std::string> NonEmpty(const Knob& knob) const {
+    const Setting s = Get(knob);
+    if (s.text.empty()) return Bad(s, "is empty");
+    return s.text;
+  }
+
+  static absl::Status Bad(const Setting& s, std::string_view problem) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.source, ": '", s.text, "' ", std::string(problem)));
+  }
+
+ private:
+  const FlagValues& flags_;
+  const EnvLookup& env_;
+};
+
+#define CFDB_ASSIGN(lhs, expr)                    \
+  do {                                            \
+    auto value_or = (expr);                       \
+    if (!value_or.ok()) return value_or.status(); \
+    lhs = *value_or;                              \
+  } while (0)
+
+absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
+  CFDB_ASSIGN(options.idle_timeout, r.Seconds(knob::kIdleTimeout, false));
+  CFDB_ASSIGN(options.idle_poll_interval,
+              r.Seconds(knob::kIdlePollInterval, false));
+  if (options.idle_poll_interval <= Duration::zero()) {
+    return Resolver::Bad(r.Get(knob::kIdlePollInterval), "must be greater than 0");
+  }
+  CFDB_ASSIGN(options.idle_poll_deadline,
+              r.Seconds(knob::kIdlePollDeadline, false));
+  const Setting deadline = r.Get(knob::kIdlePollDeadline);
+  if (options.idle_poll_deadline <= Duration::zero()) {
+    return Resolver::Bad(deadline, "must be greater than 0");
+  }
+  if (options.idle_poll_deadline > options.idle_poll_interval) {
+    if (deadline.explicit_value) {
+      return Resolver::Bad(
+          deadline, absl::StrCat("is longer than the idle poll interval (",
+                                 ToSeconds(options.idle_poll_interval), " s)"));
+    }
+    options.idle_poll_deadline = options.idle_poll_interval;
+  }
+  CFDB_ASSIGN(options.idle_poll_failure_limit,
+              r.Integer(knob::kIdlePollFailureLimit, 1, 1'000'000));
+  CFDB_ASSIGN(options.max_lifetime, r.Seconds(knob::kMaxLifetime, false));
+  CFDB_ASSIGN(options.max_lifetime_grace, r.Seconds(knob::kMaxLifetimeGrace, true));
+  CFDB_ASSIGN(options.signal_grace, r.Seconds(knob::kSignalGrace, true));
+  return absl::OkStatus();
+}
+
+absl::Status ResolveWorker(const Resolver& r, WorkerOptions& options) {
+  if (r.Get(knob::kMaxConcurrentTasks).text.empty()) {
+    options.max_concurrent_tasks =
+        std::max(1u, std::thread::hardware_concurrency());
+  } else {
+    CFDB_ASSIGN(options.max_concurrent_tasks,
+                r.Integer(knob::kMaxConcurrentTasks, 1, 100'000));
+  }
+  CFDB_ASSIGN(options.task_kill_grace, r.Seconds(knob::kTaskKillGrace, false));
+  CFDB_ASSIGN(options.job_nice, r.Integer(knob::kJobNice, 0, 19));
+  return absl::OkStatus();
+}
+
+absl::Status ResolveLogging(const Resolver& r, ServeConfig& c) {
+  const Setting level = r.Get(knob::kLogLevel);
+  static constexpr std::string_view kLevels[] = {
+      "trace", "debug", "info", "warn", "error", "critical", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), level.text) ==
+      std::end(kLevels)) {
+    return Resolver::Bad(
+        level, "is not one of trace, debug, info, warn, error, critical, off");
+  }
+  c.log_level = level.text;
+  const Setting format = r.Get(knob::kLogFormat);
+  if (format.text != "text" && format.text != "json") {
+    return Resolver::Bad(format, "is not text or json");
+  }
+  c.log_format = format.text == "json" ? LogFormat::kJson : LogFormat::kText;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::span<const Knob* const> ServeKnobs() {
+  using namespace knob;  // NOLINT: the table below names every knob
+  static const Knob* const kAll[] = {
+      &kHost,         &kPort,           &kIdleTimeout,         &kIdlePollInterval,
+      &kIdlePollDeadline, &kIdlePollFailureLimit, &kMaxLifetime, &kMaxLifetimeGrace,
+      &kSignalGrace,  &kMaxConcurrentTasks, &kTaskKillGrace,   &kJobNice,
+      &kLogLevel,     &kLogFormat,      &kAllowInsecure,       &kTlsCa,
+      &kTlsCert,      &kTlsKey,         &kTlsIdentity,         &kTlsRefreshInterval};
+  return kAll;
+}
+
+std::span<const Knob* const> TlsKnobs() { return ServeKnobs().last(5); }
+
+std::span<const Knob* const> ClientKnobs() {
+  static const Knob* const kAll[] = {&knob::kAddress, &knob::kAttempts};
+  return kAll;
+}
+
+EnvLookup ProcessEnv() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+absl::StatusOr<Credentials> ResolveCredentials(const FlagValues& flags,
+                                               const EnvLookup& env) {
+  const Resolver r(flags, env);
+  TlsSettings tls;
+  auto file = [&r](const Knob& knob) {
+    const Setting s = r.Get(knob);
+    return TlsSettings::File{s.text, s.explicit_value ? s.source
+                                                      : std::string(knob.flag)};
+  };
+  tls.ca = file(knob::kTlsCa);
+  tls.cert = file(knob::kTlsCert);
+  tls.key = file(knob::kTlsKey);
+  tls.identity = r.Get(knob::kTlsIdentity).text;
+  CFDB_ASSIGN(tls.refresh_interval, r.Seconds(knob::kTlsRefreshInterval, false));
+  return MakeCredentials(tls);
+}
+
+absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
+                                               const EnvLookup& env) {
+  const Resolver r(flags, env);
+  ServeConfig c;
+  CFDB_ASSIGN(c.host, r.NonEmpty(knob::kHost));
+  CFDB_ASSIGN(c.port, r.Integer(knob::kPort, 0, 65535));
+  if (absl::Status s = ResolveRetirement(r, c.retirement); !s.ok()) return s;
+  if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;
+  if (absl::Status s = ResolveLogging(r, c); !s.ok()) return s;
+  CFDB_ASSIGN(c.credentials, ResolveCredentials(flags, env));
+  CFDB_ASSIGN(c.allow_insecure, r.Switch(knob::kAllowInsecure));
+  if (c.credentials.kind == Credentials::Kind::kInsecure &&
+      !IsLoopbackHost(c.host) && !c.allow_insecure) {
+    return Resolver::Bad(
+        r.Get(knob::kHost),
+        "is not a loopback address, and without TLS anyone who reaches it "
+        "could run programs on this worker and stop it: set --tls-ca, "
+        "--tls-cert and --tls-key, or pass --allow-insecure");
+  }
+  return c;
+}
+
+absl::StatusOr<ClientConfig> ResolveClientConfig(const FlagValues& flags,
+                                                 const EnvLookup& env) {
+  const Resolver r(flags, env);
+  ClientConfig c;
+  CFDB_ASSIGN(c.address, r.NonEmpty(knob::kAddress));
+  CFDB_ASSIGN(c.attempts, r.Integer(knob::kAttempts, 1, 1000));
+  CFDB_ASSIGN(c.credentials, ResolveCredentials(flags, env));
+  return c;
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,104 @@
+// Configuration of the cfdb-worker binary: every knob is a flag and a
+// CFDB_WORKER_* environment variable; a flag beats its variable, which beats
+// the default. A variable set to the empty string counts as unset, for every
+// knob (a flag given an empty value is checked like any other value). A bad
+// value is refused naming the flag or variable it came from and showing it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "cfdb/worker/credentials.h"
+#include "cfdb/worker/worker.h"
+#include "daemon/logging.h"
+#include "daemon/retirement.h"
+
+namespace cfdb::worker {
+
+// Knob describes one setting: its flag, its variable, its default (as text),
+// a type word for --help, and what it means.
+struct Knob {
+  std::string_view flag;      // e.g. "--idle-timeout-seconds"
+  std::string_view variable;  // e.g. "CFDB_WORKER_IDLE_TIMEOUT_SECONDS"
+  std::string fallback;       // default, as text ("" = computed or unset)
+  std::string_view type;      // e.g. "SECONDS", "PORT", "PATH"
+  std::string_view help;
+  bool is_switch = false;     // a flag without a value ("true" when given)
+};
+
+// The knobs, one object each, so that a knob that does not exist cannot be
+// named.
+namespace knob {
+extern const Knob kHost, kPort, kIdleTimeout, kIdlePollInterval,
+    kIdlePollDeadline, kIdlePollFailureLimit, kMaxLifetime, kMaxLifetimeGrace,
+    kSignalGrace, kMaxConcurrentTasks, kTaskKillGrace, kJobNice, kLogLevel,
+    kLogFormat, kAllowInsecure;
+extern const Knob kTlsCa, kTlsCert, kTlsKey, kTlsIdentity, kTlsRefreshInterval;
+extern const Knob kAddress, kAttempts;
+}  // namespace knob
+
+// ServeKnobs returns every knob of `serve`, in the README's order (the TLS
+// knobs last); TlsKnobs the TLS knobs, which clients share; ClientKnobs the
+// knobs of every client command but TLS.
+std::span<const Knob* const> ServeKnobs();
+std::span<const Knob* const> TlsKnobs();
+std::span<const Knob* const> ClientKnobs();
+
+// FlagValues holds the flags given on a command line, keyed by flag.
+using FlagValues = std::map<std::string, std::string, std::less<>>;
+
+// EnvLookup returns the value of an environment variable, or nullopt.
+using EnvLookup = std::function<std::optional<std::string>(std::string_view)>;
+
+// ProcessEnv looks variables up in this process's environment.
+EnvLookup ProcessEnv();
+
+struct ServeConfig {
+  std::string host = "127.0.0.1";
+  int port = 50051;  // 0: pick a free port
+  RetirementOptions retirement;
+  WorkerOptions worker;
+  std::string log_level = "info";
+  LogFormat log_format = LogFormat::kText;
+  Credentials credentials;
+  // Plaintext on a non-loopback address was explicitly allowed.
+  bool allow_insecure = false;
+};
+
+// ResolveServeConfig builds the configuration from flag values (keyed by
+// flag, e.g. "--port"; only flags given on the command line) and the
+// environment. INVALID_ARGUMENT on the first bad value, with a message that
+// names the flag or variable and says what is wrong: not a number, NaN or
+// infinite, negative, zero poll interval or deadline, poll deadline longer
+// than the interval, failure limit or concurrency below 1, port outside
+// 0..65535, unknown log level, empty host, bad TLS settings, plaintext on a
+// non-loopback host without --allow-insecure. Reads the TLS files; touches
+// no global state.
+absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
+                                               const EnvLookup& env);
+
+// ClientConfig is what every client command takes: the worker's address,
+// how many attempts a transient failure gets, and credentials.
+struct ClientConfig {
+  std::string address;
+  int attempts = 1;
+  Credentials credentials;
+};
+
+// ResolveClientConfig builds a client command's configuration, with the
+// same rules and messages as ResolveServeConfig (an empty address, attempts
+// outside 1..1000, bad TLS settings).
+absl::StatusOr<ClientConfig> ResolveClientConfig(const FlagValues& flags,
+                                                 const EnvLookup& env);
+
+// ResolveCredentials builds credentials from the TLS knobs (see
+// MakeCredentials for the checks).
+absl::StatusOr<Credentials> ResolveCredentials(const FlagValues& flags,
+                                               const EnvLookup& env);
+
+}  // namespace cfdb::worker

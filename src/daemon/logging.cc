@@ -1,0 +1,94 @@
+#include "daemon/logging.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "grpc/support/log.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/pattern_formatter.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// JsonFormatter writes each record as one JSON object: time (UTC, ISO 8601
+// with milliseconds), level, message, then LogEvent's fields.
+class JsonFormatter final : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg,
+              spdlog::memory_buf_t& dest) override {
+    Json line;
+    line["time"] = time_.Format(msg);
+    const auto level = spdlog::level::to_string_view(msg.level);
+    line["level"] = std::string(level.data(), level.size());
+    line["message"] = std::string(msg.payload.data(), msg.payload.size());
+    for (const LogField& field : CurrentLogFields()) {
+      std::visit([&](const auto& v) { line[std::string(field.key)] = v; },
+                 field.value);
+    }
+    // Invalid UTF-8 (e.g. a job's bytes in a message) is replaced, not fatal.
+    const std::string text =
+        line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    dest.append(text.data(), text.data() + text.size());
+    dest.push_back('\n');
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<JsonFormatter>();
+  }
+
+ private:
+  // TimeFormat renders the record's time with spdlog's own pattern code.
+  class TimeFormat {
+   public:
+    std::string Format(const spdlog::details::log_msg& msg) {
+      spdlog::memory_buf_t buffer;
+      pattern_.format(msg, buffer);
+      return std::string(buffer.data(), buffer.size());
+    }
+
+   private:
+    spdlog::pattern_formatter pattern_{"%Y-%m-%dT%H:%M:%S.%eZ",
+                                       spdlog::pattern_time_type::utc, ""};
+  };
+  TimeFormat time_;
+};
+
+void GrpcLog(gpr_log_func_args* args) {
+  const auto level = args->severity == GPR_LOG_SEVERITY_ERROR
+                         ? spdlog::level::err
+                         : spdlog::level::debug;
+  LogEvent(level, args->message,
+           {{"source", "grpc"}, {"file", args->file}, {"line", args->line}});
+}
+
+}  // namespace
+
+absl::Status SetUpLogging(std::string_view level, LogFormat format) {
+  const spdlog::level::level_enum parsed =
+      spdlog::level::from_str(std::string(level));
+  if (parsed == spdlog::level::off && level != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown log level '", std::string(level), "'"));
+  }
+  auto logger = spdlog::stderr_logger_mt("cfdb-worker");
+  if (format == LogFormat::kJson) {
+    logger->set_formatter(std::make_unique<JsonFormatter>());
+  } else {
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+  }
+  logger->set_level(parsed);
+  SetStructuredLogging(format == LogFormat::kJson);
+  spdlog::set_default_logger(std::move(logger));
+  gpr_set_log_function(GrpcLog);
+  gpr_set_log_verbosity(parsed <= spdlog::level::debug ? GPR_LOG_SEVERITY_DEBUG
+                                                        : GPR_LOG_SEVERITY_ERROR);
+  return absl::OkStatus();
+}
+
+}  // namespace cfdb::worker

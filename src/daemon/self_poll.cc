@@ -1,0 +1,56 @@
+#include "daemon/self_poll.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
+#include "daemon/address.h"
+
+namespace cfdb::worker {
+namespace {
+
+// SelfPoll is the policy's IdleSource: a WorkerConnection to this worker.
+class SelfPoll final : public IdleSource {
+ public:
+  SelfPoll(std::unique_ptr<WorkerConnection> connection, bool hint_loopback_san)
+      : connection_(std::move(connection)),
+        hint_loopback_san_(hint_loopback_san) {}
+
+  absl::StatusOr<double> IdleTime(Duration timeout) override {
+    absl::StatusOr<double> idle = connection_->IdleTime(timeout);
+    if (idle.ok() || !hint_loopback_san_ ||
+        ClassifyError(Rpc::kIdle, idle.status()) != ErrorKind::kHandshakeError) {
+      return idle;
+    }
+    return absl::Status(
+        idle.status().code(),
+        absl::StrCat(idle.status().message(),
+                     " -- likely cause: the worker's certificate has no SAN for ",
+                     connection_->target(),
+                     "'s host; set --tls-identity to a name the certificate "
+                     "has, or add the loopback SAN"));
+  }
+  absl::Status Close() override { return connection_->Close(); }
+
+ private:
+  const std::unique_ptr<WorkerConnection> connection_;
+  const bool hint_loopback_san_;
+};
+
+}  // namespace
+
+RetirementPolicy::ConnectionFactory SelfPollFactory(std::string host, int port,
+                                                    Credentials credentials) {
+  return [host = std::move(host), port, credentials]()
+             -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+    auto connection =
+        WorkerConnection::Open(LoopbackTarget(host, port), credentials);
+    if (!connection.ok()) return connection.status();
+    const bool hint = credentials.kind == Credentials::Kind::kMutualTls &&
+                      credentials.identity.empty();
+    return std::make_unique<SelfPoll>(*std::move(connection), hint);
+  };
+}
+
+}  // namespace cfdb::worker

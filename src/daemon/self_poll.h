@@ -1,0 +1,20 @@
+// The serve loop's self-poll: the worker's own Idle RPC, dialled over
+// loopback with the same credentials a remote client uses, so that a poll
+// that works is an end-to-end check of what clients reach.
+#pragma once
+
+#include <string>
+
+#include "cfdb/worker/credentials.h"
+#include "daemon/retirement.h"
+
+namespace cfdb::worker {
+
+// SelfPollFactory returns the retirement policy's connection factory: a
+// WorkerConnection to LoopbackTarget(host, port) with `credentials`. Under
+// mutual TLS without an identity, a handshake error says its likely cause
+// (no loopback SAN on the worker's certificate).
+RetirementPolicy::ConnectionFactory SelfPollFactory(std::string host, int port,
+                                                    Credentials credentials);
+
+}  // namespace cfdb::worker

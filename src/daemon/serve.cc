@@ -1,0 +1,152 @@
+// `cfdb-worker serve`: the worker, its server and its retirement policy in
+// one process.
+#include <unistd.h>
+
+#include <csignal>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/address.h"
+#include "daemon/config.h"
+#include "cfdb/worker/exec.h"
+#include "core/log.h"
+#include "daemon/retirement.h"
+#include "daemon/self_poll.h"
+#include "cfdb/worker/server.h"
+#include "cfdb/worker/shutdown.h"
+#include "cfdb/worker/worker.h"
+#include "daemon/commands.h"
+#include "exec/job_guard.h"
+#include "exec/orphans.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker::cli {
+namespace {
+
+// After the drain, calls still open (e.g. a Stop reply on its way out) get
+// this long to finish before the server cancels them.
+constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
+
+// OnSignal turns each SIGTERM/SIGINT into a stop request: the first drains
+// with the signal grace, counted from its arrival; any later one cancels
+// what is left at once.
+void OnSignal(Worker& worker, Duration signal_grace, int signo, int count) {
+  const std::string name(SignalName(signo));
+  if (count == 1) {
+    worker.RequestStop({.source = name, .grace = signal_grace});
+    return;
+  }
+  spdlog::warn("signal {} during the drain: cancelling what is left", count);
+  worker.RequestStop({.source = absl::StrCat(name, " again"),
+                      .grace = Duration::zero()});
+}
+
+// AwaitDrain waits for the worker's drain to end. A drain begun by a signal
+// or a Stop RPC before the max lifetime is still bounded by it: when the
+// lifetime ends first, it joins the drain as a request of its own.
+DrainReport AwaitDrain(Worker& worker, const RetirementPolicy& policy,
+                       const Retirement& retirement, Duration lifetime_grace) {
+  if (retirement.reason != ExitReason::kMaxLifetime) {
+    if (auto report = worker.WaitDrainedUntil(policy.lifetime_end())) {
+      return *report;
+    }
+    spdlog::info("max lifetime reached during the drain");
+    worker.RequestStop({.source = std::string(ExitReasonName(
+                            ExitReason::kMaxLifetime)),
+                        .grace = lifetime_grace});
+  }
+  return worker.WaitDrained();
+}
+
+void LogDrain(const DrainReport& report) {
+  LogEvent(spdlog::level::info,
+           absl::StrFormat("drained in %.3f s: %d finished, %d cancelled",
+                           ToSeconds(report.took), report.summary.drained,
+                           report.summary.cancelled),
+           {{"drained", report.summary.drained},
+            {"cancelled", report.summary.cancelled},
+            {"drain_seconds", ToSeconds(report.took)},
+            {"stop_requests", report.requests},
+            {"deadline_source", report.deadline_source}});
+}
+
+}  // namespace
+
+int RunServe(const ServeConfig& config) {
+  // A write to a job's closed stdin must not kill the worker.
+  std::signal(SIGPIPE, SIG_IGN);
+  // Forked while this is the only thread (the worker starts its drain
+  // thread): it kills the jobs' process groups if this process dies.
+  absl::StatusOr<std::unique_ptr<JobGuard>> guard = JobGuard::Start();
+  if (!guard.ok()) {
+    spdlog::warn("jobs will not be killed if the worker dies outright: {}",
+                 guard.status().ToString());
+  }
+  // Before any thread starts, so every thread inherits the blocked signals.
+  if (absl::Status s = BlockStopSignals(); !s.ok()) {
+    spdlog::error("cannot block signals: {}", s.ToString());
+    return kExitRuntimeFailure;
+  }
+  // `shutdown` is declared after the worker so its signal thread, which
+  // calls the worker, is joined before the worker goes away.
+  Worker worker(config.worker);
+  Shutdown shutdown;
+  absl::Status listening = shutdown.ListenForSignals(
+      [&worker, grace = config.retirement.signal_grace](int signo, int count) {
+        OnSignal(worker, grace, signo, count);
+      });
+  if (!listening.ok()) {
+    spdlog::error("cannot listen for signals: {}", listening.ToString());
+    return kExitRuntimeFailure;
+  }
+  // As PID 1 of a container, or under an init that does not reap, orphans
+  // of jobs are ours to reap.
+  absl::StatusOr<std::unique_ptr<OrphanReaper>> orphans =
+      OrphanReaper::Start(std::chrono::milliseconds(500));
+  if (!orphans.ok()) {
+    spdlog::warn("orphaned job processes will not be reaped: {}",
+                 orphans.status().ToString());
+  }
+
+  (void)worker.RegisterKind(kExecKind, ExecKind());
+  const Credentials& credentials = config.credentials;
+  absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
+      worker, ServerOptions{
+                  .address = JoinHostPort(config.host, config.port),
+                  .credentials = credentials,
+                  .on_stop_rpc = [&] { shutdown.Stop(StopCause::kStopRpc); },
+              });
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return kExitRuntimeFailure;
+  }
+  if (credentials.kind == Credentials::Kind::kInsecure) {
+    spdlog::warn("serving without TLS: any client that can reach {} may run "
+                 "programs here", JoinHostPort(config.host, (*server)->port()));
+  }
+  const int port = (*server)->port();
+  LogEvent(spdlog::level::info,
+           absl::StrCat("listening on ", JoinHostPort(config.host, port),
+                        " (pid ", getpid(), ")"),
+           {{"address", JoinHostPort(config.host, port)},
+            {"pid", static_cast<int64_t>(getpid())},
+            {"tls", credentials.kind == Credentials::Kind::kMutualTls},
+            {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
+            {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
+            {"max_lifetime_seconds", ToSeconds(config.retirement.max_lifetime)}});
+
+  RetirementPolicy policy(config.retirement, SteadyClock::Get(),
+                          shutdown.watcher(),
+                          SelfPollFactory(config.host, port, credentials),
+                          [&worker](StopRequest request) {
+                            worker.RequestStop(std::move(request));
+                          });
+  const Retirement retirement = policy.Run();
+  LogDrain(AwaitDrain(worker, policy, retirement,
+                      config.retirement.max_lifetime_grace));
+  (*server)->Shutdown(kServerShutdownDeadline);
+  spdlog::info("stopped");
+  return kExitOk;
+}
+
+}  // namespace cfdb::worker::cli

@@ -1,0 +1,491 @@
+// The "exec" job kind: vfork + execve + a poll(2) loop over the program's
+// pipes, its pidfd, the job's cancel descriptor and its timers.
+#include "cfdb/worker/exec.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "exec/job_pids.h"
+
+namespace cfdb::worker {
+
+namespace {
+
+// A chunk is what one Output message carries. Reading until the pipe is
+// empty, up to this, turns a fast writer's output into few large messages
+// instead of one per pipe-sized read.
+constexpr std::size_t kChunkBytes = 1 << 20;
+// Asked of the kernel for each output pipe (best effort; the default is
+// 64 KiB, the ceiling /proc/sys/fs/pipe-max-size, 1 MiB by default).
+constexpr int kPipeBytes = 1 << 20;
+// Without a pidfd (kernels before 5.3) the loop checks on the child this
+// often.
+constexpr auto kExitCheckInterval = std::chrono::milliseconds(50);
+
+using Failure = JobOutcome::Failure;
+
+// Fd closes a descriptor when it goes out of scope.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    Reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  void Reset(int fd = -1) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  Fd read;
+  Fd write;
+};
+
+std::optional<Pipe> MakePipe() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
+  return Pipe{Fd(fds[0]), Fd(fds[1])};
+}
+
+void SetNonBlocking(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// ChildPlan is everything the child does between vfork(2) and execve(2),
+// prepared by the parent: the child shares the parent's memory until it
+// execs, so it may only make system calls; it allocates nothing and takes no
+// lock.
+struct ChildPlan {
+  int in, out, err;                     // become fds 0, 1 and 2
+  const char* cwd;                      // nullptr: the worker's own
+  std::vector<const char*> candidates;  // paths to execve, in PATH order
+  char* const* argv;
+  char* const* envp;
+  pid_t parent;
+  volatile int error = 0;  // the child's errno when it failed, else 0
+};
+
+// Child runs in the vforked child and never returns.
+[[noreturn]] void Child(ChildPlan& plan) {
+  // Its own process group, so a cancel reaches what it starts too.
+  if (setpgid(0, 0) != 0) {
+    plan.error = errno;
+    _exit(127);
+  }
+  // Dies with the thread that spawned it, so a worker killed outright
+  // (SIGKILL, the OOM killer) does not leave it running; RunExec's caller
+  // blocks until the program is reaped, so that thread outlives it. The
+  // job guard (job_guard.h) kills the rest of its process group.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != plan.parent) _exit(127);
+  // Default dispositions and no blocked signals: the worker blocks
+  // SIGTERM/SIGINT and ignores SIGPIPE, the job must not.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int signo = 1; signo < NSIG; ++signo) {
+    if (signo != SIGKILL && signo != SIGSTOP) {
+      sigaction(signo, &default_action, nullptr);  // glibc's own: EINVAL
+    }
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Above 2 first, so no end is overwritten by another's dup2.
+  const int ends[3] = {fcntl(plan.in, F_DUPFD, 3), fcntl(plan.out, F_DUPFD, 3),
+                       fcntl(plan.err, F_DUPFD, 3)};
+  for (int target = 0; target < 3; ++target) {
+    if (ends[target] < 0 || dup2(ends[target], target) < 0) {
+      plan.error = errno;
+      _exit(127);
+    }
+  }
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) {
+    plan.error = errno;
+    _exit(127);
+  }
+  // Exactly stdin, stdout and stderr reach the program, whatever the
+  // worker inherited without close-on-exec.
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
+    for (int fd = 3; fd < 65536; ++fd) close(fd);
+  }
+  // execvp's search, over paths the parent made: EACCES from one entry is
+  // remembered while the search goes on, as execvp does.
+  int error = ENOENT;
+  bool denied = false;
+  for (const char* path : plan.candidates) {
+    execve(path, plan.argv, plan.envp);
+    error = errno;
+    if (error == EACCES) denied = true;
+    if (error != ENOENT && error != ENOTDIR && error != EACCES &&
+        error != ELOOP && error != ENAMETOOLONG) {
+      break;
+    }
+  }
+  plan.error = denied && (error == ENOENT || error == ENOTDIR) ? EACCES : error;
+  _exit(127);
+}
+
+// Candidates returns the paths execvp would try for `program`: itself when
+// it has a slash, else each entry of the worker's PATH joined with it.
+std::vector<std::string> Candidates(const std::string& program) {
+  if (program.find('/') != std::string::npos) return {program};
+  const char* path = std::getenv("PATH");
+  std::vector<std::string> paths;
+  for (absl::string_view dir :
+       absl::StrSplit(path != nullptr ? path : "/bin:/usr/bin", ':')) {
+    paths.push_back(dir.empty() ? program : absl::StrCat(dir, "/", program));
+  }
+  return paths;
+}
+
+// Spawn starts `spec` with the given ends as fds 0, 1 and 2 and registers
+// its pid (JobPids). Returns the pid or an errno value.
+std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
+  std::vector<char*> argv;
+  for (const std::string& arg : spec.argv) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (const auto& [name, value] : spec.env) {
+    env_strings.push_back(absl::StrCat(name, "=", value));
+  }
+  std::vector<char*> envp;
+  for (std::string& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  const std::vector<std::string> paths = Candidates(spec.argv[0]);
+  ChildPlan plan{.in = in,
+                 .out = out,
+                 .err = err,
+                 .cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
+                 .argv = argv.data(),
+                 .envp = envp.data(),
+                 .parent = getpid()};
+  for (const std::string& path : paths) plan.candidates.push_back(path.c_str());
+
+  // Every signal stays blocked until the child has reset its handlers, so
+  // none of the worker's runs in the child.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  absl::MutexLock lock(&internal::JobPids::mu);
+  const pid_t pid = vfork();
+  if (pid == 0) Child(plan);
+  const int spawn_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return {-1, spawn_errno};
+  if (plan.error != 0) {
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return {-1, plan.error};
+  }
+  internal::JobPids::Add(pid);
+  return {pid, 0};
+}
+
+// Output is one of the program's output pipes and the chunk, if any, that
+// waits for the client to make room.
+struct Output {
+  OutputStream stream;
+  Fd fd;
+  std::string pending;
+};
+
+// ReadBuffer is the calling thread's buffer for pipe reads, kChunkBytes
+// long: made once per job thread and reused by every job it runs, never
+// zero-filled, so a job that prints little touches few of its pages.
+char* ReadBuffer() {
+  thread_local const std::unique_ptr<char[]> buffer(new char[kChunkBytes]);
+  return buffer.get();
+}
+
+// RunningProgram is one program from its start to its reaping.
+class RunningProgram {
+ public:
+  RunningProgram(JobContext& ctx, const ExecSpec& spec, pid_t pid, Fd in,
+                 Fd out, Fd err)
+      : ctx_(ctx),
+        spec_(spec),
+        pid_(pid),
+        pidfd_(static_cast<int>(syscall(SYS_pidfd_open, pid, 0))),
+        stdin_(std::move(in)),
+        outputs_{Output{OutputStream::kStdout, std::move(out), {}},
+                 Output{OutputStream::kStderr, std::move(err), {}}} {
+    const Duration limit = spec.time_limit;
+    if (limit > Duration::zero()) {
+      time_limit_at_ = std::chrono::steady_clock::now() + limit;
+    }
+    if (spec.stdin_data.empty()) stdin_.Reset();
+    if (stdin_) SetNonBlocking(stdin_.get());
+    for (Output& o : outputs_) {
+      SetNonBlocking(o.fd.get());
+      fcntl(o.fd.get(), F_SETPIPE_SZ, kPipeBytes);
+    }
+  }
+
+  JobOutcome Wait() {
+    while (!exited_) {
+      CheckTimers();
+      if (!FlushPending()) continue;
+      PollOnce();
+    }
+    // The program is gone; collect what it left in the pipes, no more.
+    for (Output& o : outputs_) {
+      do {
+        while (!FlushPending()) CheckTimers();
+      } while (o.fd && ReadChunk(o));
+    }
+    while (!FlushPending()) CheckTimers();
+    return Outcome();
+  }
+
+ private:
+  // CheckTimers starts cancelling on cancel or time limit, and escalates to
+  // SIGKILL after the kill grace.
+  void CheckTimers() {
+    const TimePoint now = std::chrono::steady_clock::now();
+    if (exited_) return;
+    if (!cancel_reason_) {
+      if (ctx_.cancelled()) {
+        cancel_reason_ = Failure::kCancelled;
+      } else if (now >= time_limit_at_) {
+        cancel_reason_ = Failure::kTimeLimitExceeded;
+      }
+      if (cancel_reason_) {
+        killpg(pid_, SIGTERM);
+        kill_at_ = now + ctx_.kill_grace();
+      }
+    }
+    if (cancel_reason_ && !killed_ && now >= kill_at_) {
+      killpg(pid_, SIGKILL);
+      killed_ = true;
+    }
+  }
+
+  TimePoint NextTimer() const {
+    if (exited_) return TimePoint::max();
+    if (!cancel_reason_) return time_limit_at_;
+    return killed_ ? TimePoint::max() : kill_at_;
+  }
+
+  // FlushPending hands waiting chunks to the client. Returns false if one
+  // is still waiting because a timer is due. Output of a cancelled job is
+  // discarded, so a client that stopped reading cannot hold up the kill.
+  bool FlushPending() {
+    for (Output& o : outputs_) {
+      if (o.pending.empty()) continue;
+      if (cancel_reason_) {
+        o.pending.clear();
+        continue;
+      }
+      switch (ctx_.Emit(o.stream, o.pending, NextTimer())) {
+        case JobContext::EmitResult::kTimedOut: return false;
+        case JobContext::EmitResult::kSent:
+        case JobContext::EmitResult::kDropped: o.pending.clear(); break;
+      }
+    }
+    return true;
+  }
+
+  // ReadChunk reads what `o` holds, up to one chunk, into its pending chunk
+  // (discarded once the job is cancelled). Returns false when nothing was
+  // read: at EOF (the descriptor is then closed) or when nothing is ready.
+  bool ReadChunk(Output& o) {
+    char* const buffer = ReadBuffer();
+    size_t got = 0;
+    while (got < kChunkBytes) {
+      const ssize_t n = read(o.fd.get(), buffer + got, kChunkBytes - got);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || errno != EAGAIN) o.fd.Reset();
+      break;
+    }
+    if (got > 0 && !cancel_reason_) o.pending.assign(buffer, got);
+    return got > 0;
+  }
+
+  void PollOnce() {
+    std::vector<pollfd> fds;
+    auto watch = [&fds](int fd, short events) {
+      fds.push_back(pollfd{fd, events, 0});
+      return fds.size() - 1;
+    };
+    const size_t none = SIZE_MAX;
+    size_t out_at[2] = {none, none};
+    for (int i = 0; i < 2; ++i) {
+      if (outputs_[i].fd) out_at[i] = watch(outputs_[i].fd.get(), POLLIN);
+    }
+    const size_t in_at = stdin_ ? watch(stdin_.get(), POLLOUT) : none;
+    const size_t pid_at = pidfd_ ? watch(pidfd_.get(), POLLIN) : none;
+    if (!cancel_reason_) watch(ctx_.cancel_fd(), POLLIN);
+
+    TimePoint wake = NextTimer();
+    if (!pidfd_) {
+      wake = std::min(wake, std::chrono::steady_clock::now() +
+                                kExitCheckInterval);
+    }
+    int timeout_ms = -1;
+    if (wake != TimePoint::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          wake - std::chrono::steady_clock::now());
+      timeout_ms = static_cast<int>(
+          std::clamp<int64_t>(left.count(), 0, 24 * 3600 * 1000));
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+      // Out of resources: fall back to waiting for the program itself.
+      std::this_thread::sleep_for(kExitCheckInterval);
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (out_at[i] != none && fds[out_at[i]].revents != 0) {
+        ReadChunk(outputs_[i]);
+      }
+    }
+    if (in_at != none && fds[in_at].revents != 0) WriteStdin();
+    if (pid_at == none || fds[pid_at].revents != 0) Reap(pid_at != none);
+  }
+
+  void WriteStdin() {
+    const std::string& data = spec_.stdin_data;
+    const ssize_t n = write(stdin_.get(), data.data() + stdin_written_,
+                            data.size() - stdin_written_);
+    if (n > 0) stdin_written_ += static_cast<size_t>(n);
+    if (n < 0 && errno == EPIPE) {
+      // The program closed its stdin: consume this thread's SIGPIPE.
+      sigset_t pipe_set;
+      sigemptyset(&pipe_set);
+      sigaddset(&pipe_set, SIGPIPE);
+      const timespec zero{};
+      sigtimedwait(&pipe_set, nullptr, &zero);
+    }
+    if (stdin_written_ == data.size() || (n < 0 && errno != EAGAIN)) {
+      stdin_.Reset();
+    }
+  }
+
+  // Reap collects the program once it has exited. `known_exited` is true
+  // when the pidfd said so; otherwise this only checks.
+  void Reap(bool known_exited) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info,
+               WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid == 0) {
+      if (!known_exited) return;
+    }
+    // The exited leader still holds its pid, so the group id cannot have
+    // been reused: kill whatever it left behind, then reap it.
+    killpg(pid_, SIGKILL);
+    while (waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
+    }
+    {
+      absl::MutexLock lock(&internal::JobPids::mu);
+      internal::JobPids::Remove(pid_);
+    }
+    exited_ = true;
+  }
+
+  JobOutcome Outcome() const {
+    if (cancel_reason_) {
+      const char* why = *cancel_reason_ == Failure::kTimeLimitExceeded
+                            ? "time limit exceeded"
+                            : "cancelled";
+      return JobOutcome::Failed(
+          *cancel_reason_,
+          absl::StrCat(why, "; the process group got SIGTERM",
+                       killed_ ? " and then SIGKILL" : ""));
+    }
+    if (WIFSIGNALED(status_)) return JobOutcome::Signaled(WTERMSIG(status_));
+    return JobOutcome::Exited(WEXITSTATUS(status_));
+  }
+
+  JobContext& ctx_;
+  const ExecSpec& spec_;
+  const pid_t pid_;
+  Fd pidfd_;
+  Fd stdin_;
+  size_t stdin_written_ = 0;
+  Output outputs_[2];
+  TimePoint time_limit_at_ = TimePoint::max();
+  std::optional<Failure> cancel_reason_;
+  TimePoint kill_at_ = TimePoint::max();
+  bool killed_ = false;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+}  // namespace
+
+JobOutcome RunExec(JobContext& ctx) {
+  const ExecSpec* found = FindExec(ctx.request());
+  if (found == nullptr) {
+    return JobOutcome::Failed(Failure::kStartFailed, "no ExecSpec in the request");
+  }
+  const ExecSpec& spec = *found;
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
+
+  if (!spec.cwd.empty()) {
+    struct stat st;
+    const char* problem = stat(spec.cwd.c_str(), &st) != 0 ? strerror(errno)
+                          : !S_ISDIR(st.st_mode)           ? "not a directory"
+                                                           : nullptr;
+    if (problem != nullptr) {
+      return JobOutcome::Failed(
+          Failure::kStartFailed,
+          absl::StrCat("working directory ", spec.cwd, ": ", problem));
+    }
+  }
+  std::optional<Pipe> in = MakePipe(), out = MakePipe(), err = MakePipe();
+  if (!in || !out || !err) {
+    return JobOutcome::Failed(Failure::kStartFailed,
+                              absl::StrCat("pipe: ", strerror(errno)));
+  }
+  auto [pid, error] = Spawn(spec, in->read.get(), out->write.get(),
+                             err->write.get());
+  if (error != 0) {
+    return JobOutcome::Failed(Failure::kStartFailed,
+                              absl::StrCat(spec.argv[0], ": ", strerror(error)));
+  }
+  in->read.Reset();
+  out->write.Reset();
+  err->write.Reset();
+  return RunningProgram(ctx, spec, pid, std::move(in->write),
+                        std::move(out->read), std::move(err->read))
+      .Wait();
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,68 @@
+// The exec kind's request: finding it in a JobRequest and checking it.
+#include <cstddef>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/exec.h"
+
+namespace cfdb::worker {
+namespace {
+
+// Roughly Linux's limit on argv + environment of one exec.
+constexpr std::size_t kMaxExecArgBytes = 1 << 20;
+
+bool HasNul(std::string_view s) { return s.find('\0') != s.npos; }
+
+}  // namespace
+
+const ExecSpec* FindExec(const JobRequest& request) {
+  return std::any_cast<ExecSpec>(&request.spec);
+}
+
+ExecSpec& MutableExec(JobRequest& request) {
+  if (std::any_cast<ExecSpec>(&request.spec) == nullptr) request.spec = ExecSpec{};
+  return *std::any_cast<ExecSpec>(&request.spec);
+}
+
+absl::Status ValidateExec(const JobRequest& request) {
+  const ExecSpec* exec = FindExec(request);
+  if (exec == nullptr) {
+    return absl::InvalidArgumentError("exec: an exec job needs an ExecSpec");
+  }
+  if (exec->argv.empty() || exec->argv[0].empty()) {
+    return absl::InvalidArgumentError("exec.argv: must name a program");
+  }
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < exec->argv.size(); ++i) {
+    if (HasNul(exec->argv[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("exec.argv[", i, "]: contains a NUL byte"));
+    }
+    bytes += exec->argv[i].size() + 1;
+  }
+  for (const auto& [name, value] : exec->env) {
+    if (name.empty() || name.find('=') != name.npos || HasNul(name) ||
+        HasNul(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "exec.env: bad variable name or value for '", name,
+          "' (names are non-empty without '='; no NUL bytes)"));
+    }
+    bytes += name.size() + value.size() + 2;
+  }
+  if (bytes > kMaxExecArgBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exec.argv and exec.env: ", bytes,
+                     " bytes in all, more than the limit of ", kMaxExecArgBytes));
+  }
+  if (HasNul(exec->cwd)) {
+    return absl::InvalidArgumentError("exec.cwd: contains a NUL byte");
+  }
+  if (exec->time_limit < Duration::zero()) {
+    return absl::InvalidArgumentError("exec.time_limit_seconds: negative");
+  }
+  return absl::OkStatus();
+}
+
+JobKind ExecKind() { return JobKind{.validate = ValidateExec, .run = RunExec}; }
+
+}  // namespace cfdb::worker

@@ -1,0 +1,83 @@
+#include "exec/job_guard.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "exec/job_pids.h"
+
+namespace cfdb::worker {
+namespace {
+
+// Guard is the guard process's whole life: read records until end of file,
+// then kill what is left.
+[[noreturn]] void Guard(int fd) {
+  setsid();
+  prctl(PR_SET_NAME, "cfdb-job-guard");
+  for (int signo : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) signal(signo, SIG_IGN);
+  // Nothing of the worker's but the pipe: no descriptor held open for
+  // anyone else (a log pipe, a listening socket), stdio on /dev/null.
+  const int null = open("/dev/null", O_RDWR);
+  for (int target = 0; target < 3; ++target) dup2(null, target);
+  const int in = fcntl(fd, F_DUPFD, 3);
+  if (in > 3) dup2(in, 3);
+  syscall(SYS_close_range, 4U, ~0U, 0U);
+
+  absl::flat_hash_set<pid_t> groups;
+  int32_t record = 0;
+  while (true) {
+    const ssize_t n = read(3, &record, sizeof record);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != sizeof record) break;  // end of file: the worker is gone
+    if (record > 0) {
+      groups.insert(record);
+    } else {
+      groups.erase(-record);
+    }
+  }
+  for (pid_t group : groups) kill(-group, SIGKILL);
+  _exit(0);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("job guard: pipe: ", strerror(errno)));
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int error = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return absl::InternalError(absl::StrCat("job guard: fork: ", strerror(error)));
+  }
+  if (pid == 0) Guard(fds[0]);
+  close(fds[0]);
+  absl::MutexLock lock(&internal::JobPids::mu);
+  internal::JobPids::SetGuard(fds[1]);
+  return std::unique_ptr<JobGuard>(new JobGuard(pid, fds[1]));
+}
+
+JobGuard::~JobGuard() {
+  {
+    absl::MutexLock lock(&internal::JobPids::mu);
+    internal::JobPids::SetGuard(-1);
+  }
+  close(fd_);
+  // The orphan reaper may have reaped it already (ECHILD).
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace cfdb::worker

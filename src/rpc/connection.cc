@@ -1,0 +1,224 @@
+#include "cfdb/worker/connection.h"
+
+#include <grpc/support/time.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/errors.h"
+#include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "rpc/wire.h"
+
+namespace cfdb::worker {
+namespace {
+
+namespace v1 = ::cfdb::worker::v1;
+
+// ChannelPool shares one channel per (target, credentials) across the
+// process while any connection holds it.
+class ChannelPool {
+ public:
+  static ChannelPool& Get() {
+    static ChannelPool* pool = new ChannelPool;  // never destroyed
+    return *pool;
+  }
+
+  std::shared_ptr<grpc::Channel> Acquire(const std::string& target,
+                                         const Credentials& credentials) {
+    const std::string key = absl::StrCat(target, "\n", credentials.Key());
+    absl::MutexLock lock(&mu_);
+    if (std::shared_ptr<grpc::Channel> channel = channels_[key].lock()) {
+      return channel;
+    }
+    grpc::ChannelArguments args;
+    wire::SetChannelArguments(credentials, args);
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+        target, wire::ChannelCredentials(credentials), args);
+    channels_[key] = channel;
+    return channel;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::weak_ptr<grpc::Channel>> channels_
+      ABSL_GUARDED_BY(mu_);
+};
+
+void SetTimeout(grpc::ClientContext& context, Duration timeout) {
+  // On gRPC's monotonic clock, so a wall-clock step cannot move it.
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::min(timeout, ToDuration(Seconds(1e9))));
+  context.set_deadline(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                    gpr_time_from_nanos(ns.count(), GPR_TIMESPAN)));
+}
+
+absl::Status CheckTimeout(Duration timeout, std::string_view what) {
+  if (timeout <= Duration::zero()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(what), ": timeout must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class WorkerConnection::Impl {
+ public:
+  // Stubs are what a call uses; a call holds them until it returns, so Close
+  // never pulls them from under a call in progress.
+  struct Stubs {
+    explicit Stubs(std::shared_ptr<grpc::Channel> channel)
+        : channel(std::move(channel)),
+          worker(v1::Worker::NewStub(this->channel)),
+          health(grpc::health::v1::Health::NewStub(this->channel)) {}
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Worker::Stub> worker;
+    std::unique_ptr<grpc::health::v1::Health::Stub> health;
+  };
+
+  explicit Impl(std::shared_ptr<grpc::Channel> channel)
+      : stubs_(std::make_shared<Stubs>(std::move(channel))) {}
+
+  // stubs returns the stubs, or FAILED_PRECONDITION after Close.
+  absl::StatusOr<std::shared_ptr<const Stubs>> stubs() {
+    absl::MutexLock lock(&mu_);
+    if (stubs_ == nullptr) {
+      return absl::FailedPreconditionError("connection is closed");
+    }
+    return stubs_;
+  }
+
+  absl::Status Close() {
+    absl::MutexLock lock(&mu_);
+    if (stubs_ == nullptr) {
+      return absl::FailedPreconditionError("connection is already closed");
+    }
+    stubs_.reset();
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::shared_ptr<const Stubs> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
+    std::string target, Credentials credentials) {
+  if (target.empty()) {
+    return absl::InvalidArgumentError("worker address is empty");
+  }
+  auto impl = std::make_unique<Impl>(
+      ChannelPool::Get().Acquire(target, credentials));
+  return std::unique_ptr<WorkerConnection>(new WorkerConnection(
+      std::move(target), std::move(credentials), std::move(impl)));
+}
+
+WorkerConnection::WorkerConnection(std::string target, Credentials credentials,
+                                   std::unique_ptr<Impl> impl)
+    : target_(std::move(target)),
+      credentials_(std::move(credentials)),
+      impl_(std::move(impl)) {}
+
+WorkerConnection::~WorkerConnection() = default;
+
+absl::StatusOr<double> WorkerConnection::IdleTime(Duration timeout) {
+  if (absl::Status s = CheckTimeout(timeout, "idle"); !s.ok()) return s;
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  v1::IdleTime reply;
+  grpc::Status status = (*stubs)->worker->Idle(&context, v1::IdleRequest(), &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  return reply.seconds();
+}
+
+absl::StatusOr<StopSummary> WorkerConnection::Stop(Duration grace,
+                                                   Duration timeout) {
+  if (absl::Status s = CheckTimeout(timeout, "stop"); !s.ok()) return s;
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  v1::StopRequest request;
+  request.set_grace_seconds(grace < Duration::zero() ? -1 : ToSeconds(grace));
+  v1::StopReply reply;
+  grpc::Status status = (*stubs)->worker->Stop(&context, request, &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  return StopSummary{reply.drained(), reply.cancelled()};
+}
+
+absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
+    const JobRequest& request, const DispatchCallbacks& callbacks,
+    std::optional<Duration> timeout) {
+  if (timeout) {
+    if (absl::Status s = CheckTimeout(*timeout, "dispatch"); !s.ok()) return s;
+  }
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
+  const v1::DispatchRequest message = wire::ToProto(request);
+  // Refused here, once and for good, rather than by gRPC as a
+  // RESOURCE_EXHAUSTED that reads like "retry later".
+  if (const size_t bytes = message.ByteSizeLong(); bytes > wire::kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request is ", bytes, " bytes, more than the limit of ",
+        wire::kMaxMessageBytes, " bytes (stdin travels in the request)"));
+  }
+  grpc::ClientContext context;
+  if (timeout) SetTimeout(context, *timeout);
+  std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
+      (*stubs)->worker->Dispatch(&context, message);
+  std::optional<JobOutcome> outcome;
+  bool accepted = false;
+  v1::DispatchEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_accepted()) {
+      accepted = true;
+      if (callbacks.on_accepted) callbacks.on_accepted();
+    } else if (event.has_output()) {
+      if (callbacks.on_output) {
+        callbacks.on_output(event.output().stream() == v1::Output::STDERR
+                                ? OutputStream::kStderr
+                                : OutputStream::kStdout,
+                            event.output().data());
+      }
+    } else if (!outcome) {
+      outcome = wire::OutcomeFromEvent(event);
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (outcome) return *outcome;
+  absl::Status failure =
+      status.ok() ? absl::DataLossError(
+                        "the worker closed the stream without an outcome")
+                  : wire::FromGrpc(status);
+  // After acceptance the job has started: say so in the status itself, so
+  // that no caller mistakes the failure for "not started" (errors.h).
+  return accepted ? MarkAccepted(std::move(failure)) : failure;
+}
+
+absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(
+    Duration timeout) {
+  if (absl::Status s = CheckTimeout(timeout, "health"); !s.ok()) return s;
+  auto stubs = impl_->stubs();
+  if (!stubs.ok()) return stubs.status();
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  grpc::health::v1::HealthCheckResponse reply;
+  grpc::Status status =
+      (*stubs)->health->Check(&context, grpc::health::v1::HealthCheckRequest(), &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  switch (reply.status()) {
+    case grpc::health::v1::HealthCheckResponse::SERVING:
+      return ServingStatus::kServing;
+    case grpc::health::v1::HealthCheckResponse::NOT_SERVING:
+      return ServingStatus::kNotServing;
+    default:
+      return ServingStatus::kUnknown;
+  }
+}
+
+absl::Status WorkerConnection::Close() { return impl_->Close(); }
+
+}  // namespace cfdb::worker

@@ -1,0 +1,177 @@
+#include "rpc/wire.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cfdb/worker/exec.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+
+namespace cfdb::worker::wire {
+
+absl::StatusOr<JobRequest> FromProto(const v1::DispatchRequest& request) {
+  JobRequest out;
+  out.job_id = request.job_id();
+  out.kind = request.kind();
+  out.payload = request.payload();
+  if (!request.has_exec()) return out;
+  const v1::ExecSpec& from = request.exec();
+  const double limit = from.time_limit_seconds();
+  if (!std::isfinite(limit) || limit < 0) {
+    return absl::InvalidArgumentError(
+        "exec.time_limit_seconds: must be a finite number >= 0");
+  }
+  ExecSpec& exec = MutableExec(out);
+  exec.argv.assign(from.argv().begin(), from.argv().end());
+  exec.env.insert(from.env().begin(), from.env().end());
+  exec.cwd = from.cwd();
+  exec.stdin_data = from.stdin();
+  exec.time_limit = ToDuration(Seconds(limit));
+  return out;
+}
+
+v1::DispatchRequest ToProto(const JobRequest& request) {
+  v1::DispatchRequest out;
+  out.set_job_id(request.job_id);
+  out.set_kind(request.kind);
+  out.set_payload(request.payload);
+  if (const ExecSpec* from = FindExec(request)) {
+    v1::ExecSpec* exec = out.mutable_exec();
+    for (const std::string& arg : from->argv) exec->add_argv(arg);
+    exec->mutable_env()->insert(from->env.begin(), from->env.end());
+    exec->set_cwd(from->cwd);
+    exec->set_stdin(from->stdin_data);
+    exec->set_time_limit_seconds(ToSeconds(from->time_limit));
+  }
+  return out;
+}
+
+v1::DispatchEvent OutputEvent(OutputStream stream, std::string_view data) {
+  v1::DispatchEvent event;
+  v1::Output* output = event.mutable_output();
+  output->set_stream(stream == OutputStream::kStdout ? v1::Output::STDOUT
+                                                     : v1::Output::STDERR);
+  output->set_data(data.data(), data.size());
+  return event;
+}
+
+namespace {
+
+v1::Failure::Reason ToProto(JobOutcome::Failure failure) {
+  using F = JobOutcome::Failure;
+  switch (failure) {
+    case F::kStartFailed: return v1::Failure::START_FAILED;
+    case F::kCancelled: return v1::Failure::CANCELLED;
+    case F::kTimeLimitExceeded: return v1::Failure::TIME_LIMIT_EXCEEDED;
+    case F::kHandlerError: return v1::Failure::HANDLER_ERROR;
+    case F::kNone: break;
+  }
+  return v1::Failure::REASON_UNSPECIFIED;
+}
+
+JobOutcome::Failure FromProto(v1::Failure::Reason reason) {
+  using F = JobOutcome::Failure;
+  switch (reason) {
+    case v1::Failure::START_FAILED: return F::kStartFailed;
+    case v1::Failure::CANCELLED: return F::kCancelled;
+    case v1::Failure::TIME_LIMIT_EXCEEDED: return F::kTimeLimitExceeded;
+    default: return F::kHandlerError;
+  }
+}
+
+}  // namespace
+
+v1::DispatchEvent OutcomeEvent(const JobOutcome& outcome) {
+  v1::DispatchEvent event;
+  switch (outcome.kind) {
+    case JobOutcome::Kind::kExited:
+      event.mutable_exit()->set_code(outcome.code);
+      break;
+    case JobOutcome::Kind::kSignaled:
+      event.mutable_exit()->set_signal(outcome.signal);
+      break;
+    case JobOutcome::Kind::kFailed:
+      event.mutable_failure()->set_reason(ToProto(outcome.failure));
+      event.mutable_failure()->set_message(outcome.message);
+      break;
+  }
+  return event;
+}
+
+std::optional<JobOutcome> OutcomeFromEvent(const v1::DispatchEvent& event) {
+  if (event.has_exit()) {
+    return event.exit().has_signal() ? JobOutcome::Signaled(event.exit().signal())
+                                     : JobOutcome::Exited(event.exit().code());
+  }
+  if (event.has_failure()) {
+    return JobOutcome::Failed(FromProto(event.failure().reason()),
+                              event.failure().message());
+  }
+  return std::nullopt;
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+namespace {
+
+// CertificateProvider watches the PEM files of `credentials`, re-reading
+// them every refresh interval (gRPC's FileWatcherCertificateProvider).
+std::shared_ptr<grpc::experimental::CertificateProviderInterface>
+CertificateProvider(const Credentials& credentials) {
+  const auto refresh = std::chrono::duration_cast<std::chrono::seconds>(
+      credentials.refresh_interval);
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      credentials.key_file, credentials.cert_file, credentials.ca_file,
+      static_cast<unsigned>(std::max<int64_t>(refresh.count(), 1)));
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
+    const Credentials& credentials) {
+  if (credentials.kind == Credentials::Kind::kInsecure) {
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::experimental::TlsServerCredentialsOptions options(
+      CertificateProvider(credentials));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
+    const Credentials& credentials) {
+  if (credentials.kind == Credentials::Kind::kInsecure) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(CertificateProvider(credentials));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  return grpc::experimental::TlsCredentials(options);
+}
+
+void SetChannelArguments(const Credentials& credentials,
+                         grpc::ChannelArguments& args) {
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Verify the worker by its fixed identity, not the address it has today.
+  if (credentials.kind == Credentials::Kind::kMutualTls &&
+      !credentials.identity.empty()) {
+    args.SetSslTargetNameOverride(credentials.identity);
+  }
+}
+
+}  // namespace cfdb::worker::wire

@@ -1,0 +1,204 @@
+// Wall-clock steps: the daemon under libfaketimeMT with the monotonic clock
+// left real (FAKETIME_DONT_FAKE_MONOTONIC=1), its wall clock stepped by an
+// hour either way while it runs. Every timed wait is on the monotonic clock,
+// so none of them moves: idle retirement, the drain grace, the poll cadence
+// and a signal's wakeup keep their times, and nothing spins. Each test first
+// proves the step took effect: the daemon's log timestamps jump by an hour.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cfdb/worker/connection.h"
+#include "support/daemon.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "support/test_job.h"
+#include "support/test_pki.h"
+#include "support/wait_for.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Daemon;
+
+constexpr auto kTimeout = seconds(30);
+
+TimePoint Now() { return std::chrono::steady_clock::now(); }
+double Since(TimePoint start) { return ToSeconds(Now() - start); }
+
+// A clock step: the timestamp file libfaketime reads on every call.
+class Step {
+ public:
+  explicit Step(std::string offset) : offset_(std::move(offset)) {
+    path_ = std::filesystem::temp_directory_path() /
+            absl::StrCat("cfdb-faketime-", getpid(), "-", counter_++);
+    Write("+0");
+  }
+  ~Step() { std::filesystem::remove(path_); }
+
+  // Wrapper runs the daemon under libfaketimeMT reading this file. (In an
+  // ASan build the preloaded library comes before ASan's runtime, which ASan
+  // accepts once told.)
+  std::vector<std::string> Wrapper() const {
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    return {"env", absl::StrCat("LD_PRELOAD=", CFDB_FAKETIME_LIBRARY),
+            absl::StrCat("FAKETIME_TIMESTAMP_FILE=", path_.string()),
+            "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+            absl::StrCat("ASAN_OPTIONS=", asan != nullptr ? asan : "",
+                         ":verify_asan_link_order=0")};
+  }
+  // Take steps the daemon's wall clock by the offset.
+  void Take() { Write(offset_); }
+  double seconds() const { return offset_.starts_with("-") ? -3600 : 3600; }
+
+ private:
+  void Write(const std::string& text) {
+    const std::filesystem::path tmp = path_.string() + ".tmp";
+    std::ofstream(tmp) << text << "\n";
+    std::filesystem::rename(tmp, path_);
+  }
+  static inline int counter_ = 0;
+  std::string offset_;
+  std::filesystem::path path_;
+};
+
+// WallSeconds returns the wall-clock time of the first log line containing
+// `text`, in seconds since the epoch (-1 if there is none).
+double WallSeconds(const std::string& log, const std::string& text) {
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(text) == std::string::npos) continue;
+    absl::Time time;
+    std::string error;
+    if (absl::ParseTime("%Y-%m-%d%ET%H:%M:%E*S%Ez", line.substr(0, 29), &time,
+                        &error)) {
+      return absl::ToDoubleSeconds(time - absl::UnixEpoch());
+    }
+  }
+  return -1;
+}
+
+// CpuSeconds returns the user + system time `pid` has used.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 14; ++i) rest >> field;  // state .. cmajflt
+  long utime = 0, stime = 0;
+  rest >> utime >> stime;
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+class ClockStepTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(CFDB_FAKETIME_LIBRARY))
+        << "libfaketimeMT (Debian package faketime) is needed: "
+        << CFDB_FAKETIME_LIBRARY;
+  }
+};
+
+// (a) and (d): an idle daemon still retires within 1 s of its idle timeout,
+// and idles without spinning (< 0.2 s of CPU over 5 s).
+TEST_P(ClockStepTest, IdleRetirementKeepsItsTimeAndNothingSpins) {
+  Step step(GetParam());
+  const TimePoint start = Now();
+  Daemon daemon({"--idle-timeout-seconds", "6", "--idle-poll-interval-seconds", "1"},
+                step.Wrapper());
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  std::this_thread::sleep_until(start + milliseconds(500));
+  step.Take();
+  const double cpu_before = CpuSeconds(daemon.pid());
+  std::this_thread::sleep_until(start + milliseconds(5500));
+  const double cpu = CpuSeconds(daemon.pid()) - cpu_before;
+  EXPECT_LT(cpu, 0.2) << "CPU seconds over 5 s of idling after the step";
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_NEAR(Since(start), 6, 1) << daemon.log();
+  const std::string log = daemon.log();
+  EXPECT_NEAR(WallSeconds(log, "exiting: idle") - WallSeconds(log, "listening on"),
+              step.seconds() + 6, 2)
+      << "the step took effect: " << log;
+}
+
+// (b): a drain with grace 3 s ends within 1 s of the grace.
+TEST_P(ClockStepTest, DrainGraceKeepsItsTime) {
+  Step step(GetParam());
+  Daemon daemon({"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"},
+                step.Wrapper());
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto connection =
+      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  ASSERT_TRUE(connection.ok());
+  absl::StatusOr<JobOutcome> outcome;
+  std::thread job([&] {
+    outcome = (*connection)->Dispatch(testing::ExecRequest({"sleep", "100"}), {},
+                                      kTimeout);
+  });
+  ASSERT_TRUE(testing::WaitFor([&] {
+    absl::StatusOr<double> idle = (*connection)->IdleTime(seconds(5));
+    return idle.ok() && *idle == 0;
+  }));
+  const TimePoint stop_at = Now();
+  std::thread stopper([&] { (void)(*connection)->Stop(seconds(3), kTimeout); });
+  ASSERT_TRUE(daemon.WaitForLog("stop rpc: draining"));
+  step.Take();
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_NEAR(Since(stop_at), 3, 1) << daemon.log();
+  stopper.join();
+  job.join();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->failure, JobOutcome::Failure::kCancelled);
+  const std::string log = daemon.log();
+  EXPECT_NEAR(WallSeconds(log, "drained in") - WallSeconds(log, "stop rpc: draining"),
+              step.seconds() + 3, 2)
+      << "the step took effect: " << log;
+}
+
+// (c): while idle polls fail (a certificate without the loopback SAN), the
+// poll cadence keeps its time, and a SIGTERM during the wait between polls
+// ends the daemon within 100 ms.
+TEST_P(ClockStepTest, SigtermDuringPollFailuresEndsItAtOnce) {
+  Step step(GetParam());
+  testing::TestPki pki;
+  const testing::Pem worker = pki.Leaf("worker", {"DNS:worker.cfdb.internal"});
+  Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                 "--tls-key", worker.key, "--idle-timeout-seconds", "1",
+                 "--idle-poll-interval-seconds", "1"},
+                step.Wrapper());
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  ASSERT_TRUE(daemon.WaitForLog("idle poll failed (1 of"));
+  step.Take();
+  ASSERT_TRUE(daemon.WaitForLog("idle poll failed (2 of"));
+  const std::string log = daemon.log();
+  EXPECT_NEAR(WallSeconds(log, "idle poll failed (2 of") -
+                  WallSeconds(log, "idle poll failed (1 of"),
+              step.seconds() + 1, 0.5)
+      << "the step took effect, and the cadence kept its 1 s: " << log;
+  const TimePoint signalled = Now();
+  ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_LT(Since(signalled), 0.1) << daemon.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, ClockStepTest, ::testing::Values("+1h", "-1h"),
+                         [](const auto& p) {
+                           return std::string(p.param[0] == '+' ? "Forward"
+                                                                   : "Backward");
+                         });
+
+}  // namespace
+}  // namespace cfdb::worker

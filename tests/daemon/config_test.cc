@@ -1,0 +1,237 @@
+#include "daemon/config.h"
+
+#include "daemon/address.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+using Flags = std::map<std::string, std::string, std::less<>>;
+using Env = std::map<std::string, std::string, std::less<>>;
+
+EnvLookup FakeEnv(Env env) {
+  return [env = std::move(env)](std::string_view name)
+             -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(ConfigTest, DefaultsWithNoFlagsAndNoVariables) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig({}, FakeEnv({}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host, "127.0.0.1");
+  EXPECT_EQ(c->port, 50051);
+  EXPECT_EQ(c->retirement.idle_timeout, seconds(600));
+  EXPECT_EQ(c->retirement.idle_poll_interval, seconds(15));
+  EXPECT_EQ(c->retirement.idle_poll_deadline, seconds(5));
+  EXPECT_EQ(c->retirement.idle_poll_failure_limit, 20);
+  EXPECT_EQ(c->retirement.max_lifetime, seconds(43200));
+  EXPECT_EQ(c->retirement.max_lifetime_grace, seconds(21600));
+  EXPECT_EQ(c->retirement.signal_grace, Duration::zero());
+  EXPECT_EQ(c->worker.max_concurrent_tasks,
+            std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(c->worker.task_kill_grace, seconds(10));
+  EXPECT_EQ(c->worker.job_nice, 10);
+  EXPECT_EQ(c->log_level, "info");
+}
+
+TEST(ConfigTest, VariablesOverrideDefaults) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
+      {}, FakeEnv({{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "30"},
+                   {"CFDB_WORKER_IDLE_POLL_INTERVAL_SECONDS", "2.5"},
+                   {"CFDB_WORKER_IDLE_POLL_FAILURE_LIMIT", "3"},
+                   {"CFDB_WORKER_MAX_LIFETIME_SECONDS", "90"},
+                   {"CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS", "7"},
+                   {"CFDB_WORKER_PORT", "0"},
+                   {"CFDB_WORKER_MAX_CONCURRENT_TASKS", "5"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->retirement.idle_timeout, seconds(30));
+  EXPECT_EQ(c->retirement.idle_poll_interval, std::chrono::milliseconds(2500));
+  EXPECT_EQ(c->retirement.idle_poll_deadline, std::chrono::milliseconds(2500))
+      << "the default deadline is clamped to a shorter interval";
+  EXPECT_EQ(c->retirement.idle_poll_failure_limit, 3);
+  EXPECT_EQ(c->retirement.max_lifetime, seconds(90));
+  EXPECT_EQ(c->retirement.max_lifetime_grace, seconds(7));
+  EXPECT_EQ(c->port, 0);
+  EXPECT_EQ(c->worker.max_concurrent_tasks, 5u);
+}
+
+TEST(ConfigTest, FlagsBeatVariables) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
+      Flags{{"--idle-timeout-seconds", "45"}, {"--host", "0.0.0.0"}},
+      FakeEnv({{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "30"},
+               {"CFDB_WORKER_HOST", "10.0.0.1"},
+               {"CFDB_WORKER_ALLOW_INSECURE", "true"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->retirement.idle_timeout, seconds(45));
+  EXPECT_EQ(c->host, "0.0.0.0");
+}
+
+TEST(ConfigTest, PlaintextOnANonLoopbackHostIsRefusedUnlessAllowed) {
+  absl::StatusOr<ServeConfig> refused =
+      ResolveServeConfig(Flags{{"--host", "0.0.0.0"}}, FakeEnv({}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--allow-insecure"));
+  absl::StatusOr<ServeConfig> allowed = ResolveServeConfig(
+      Flags{{"--host", "0.0.0.0"}, {"--allow-insecure", "true"}}, FakeEnv({}));
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_TRUE(allowed->allow_insecure);
+}
+
+TEST(ConfigTest, PartialTlsIsRefusedNamingWhatIsMissing) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
+      Flags{{"--tls-cert", "/etc/worker.pem"}},
+      FakeEnv({{"CFDB_WORKER_TLS_KEY", "/etc/worker.key"}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("missing: --tls-ca"));
+}
+
+TEST(ConfigTest, UnreadableTlsFileIsRefusedWithThePathAndReason) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
+      {}, FakeEnv({{"CFDB_WORKER_TLS_CA", "/nonexistent/ca.pem"},
+                   {"CFDB_WORKER_TLS_CERT", "/nonexistent/cert.pem"},
+                   {"CFDB_WORKER_TLS_KEY", "/nonexistent/key.pem"}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("CFDB_WORKER_TLS_CA: /nonexistent/ca.pem: cannot read"));
+}
+
+TEST(ConfigTest, NegativeGraceMeansWithoutLimit) {
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
+      Flags{{"--signal-grace-seconds", "-1"}}, FakeEnv({}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_LT(c->retirement.signal_grace, Duration::zero());
+}
+
+struct BadValue {
+  std::string knob;    // a flag, or a variable if it starts with CFDB_
+  std::string value;
+  std::string expect;  // part of the message
+};
+
+void PrintTo(const BadValue& bad, std::ostream* os) {
+  *os << bad.knob << "='" << bad.value << "'";
+}
+
+class BadValueTest : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(BadValueTest, IsRefusedNamingTheKnob) {
+  const BadValue& bad = GetParam();
+  Flags flags;
+  Env env;
+  if (bad.knob.starts_with("CFDB_")) {
+    env[bad.knob] = bad.value;
+  } else {
+    flags[bad.knob] = bad.value;
+  }
+  absl::StatusOr<ServeConfig> c = ResolveServeConfig(flags, FakeEnv(env));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(bad.knob));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(bad.expect));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, BadValueTest,
+    ::testing::Values(
+        BadValue{"--idle-timeout-seconds", "ten", "not a number"},
+        BadValue{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "ten", "not a number"},
+        BadValue{"--idle-timeout-seconds", "-1", "negative"},
+        BadValue{"--max-lifetime-seconds", "nan", "not a finite number"},
+        BadValue{"CFDB_WORKER_MAX_LIFETIME_SECONDS", "inf", "not a finite"},
+        BadValue{"--idle-poll-interval-seconds", "0", "greater than 0"},
+        BadValue{"--idle-poll-deadline-seconds", "0", "greater than 0"},
+        BadValue{"--idle-poll-deadline-seconds", "20", "longer than the idle poll interval"},
+        BadValue{"--idle-poll-failure-limit", "0", "outside 1.."},
+        BadValue{"--idle-poll-failure-limit", "2.5", "not a whole number"},
+        BadValue{"--port", "70000", "outside 0..65535"},
+        BadValue{"CFDB_WORKER_PORT", "-1", "outside 0..65535"},
+        BadValue{"--max-concurrent-tasks", "0", "outside 1.."},
+        BadValue{"--task-kill-grace-seconds", "-3", "negative"},
+        BadValue{"--job-nice", "20", "outside 0..19"},
+        BadValue{"CFDB_WORKER_JOB_NICE", "-1", "outside 0..19"},
+        BadValue{"--log-level", "loud", "not one of"},
+        BadValue{"--host", "", "empty"},
+        BadValue{"CFDB_WORKER_ALLOW_INSECURE", "maybe", "not true or false"},
+        BadValue{"--tls-refresh-interval-seconds", "x", "not a number"}));
+
+TEST(LoopbackTargetTest, DialsLoopbackForWildcardAndLoopbackHosts) {
+  EXPECT_EQ(LoopbackTarget("0.0.0.0", 9000), "127.0.0.1:9000");
+  EXPECT_EQ(LoopbackTarget("127.0.0.1", 9000), "127.0.0.1:9000");
+  EXPECT_EQ(LoopbackTarget("localhost", 9000), "127.0.0.1:9000");
+  EXPECT_EQ(LoopbackTarget("::", 9000), "[::1]:9000");
+  EXPECT_EQ(LoopbackTarget("10.1.2.3", 9000), "10.1.2.3:9000")
+      << "a specific address is dialled as it is";
+}
+
+TEST(IsLoopbackHostTest, OnlyLoopbackLiteralsAndLocalhost) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"}) {
+    EXPECT_TRUE(IsLoopbackHost(host)) << host;
+  }
+  for (const char* host : {"127.evil.example", "127.0.0.1.nip.io", "127.0.0.1 ",
+                           " 127.0.0.1", "0.0.0.0", "::", "10.0.0.1", "128.0.0.1",
+                           "localhost.example", "", "[127.0.0.1]"}) {
+    EXPECT_FALSE(IsLoopbackHost(host)) << "'" << host << "'";
+  }
+}
+
+TEST(ConfigTest, APrefixThatLooksLikeLoopbackStillNeedsTls) {
+  absl::StatusOr<ServeConfig> c =
+      ResolveServeConfig(Flags{{"--host", "127.evil.example"}}, FakeEnv({}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("not a loopback"));
+}
+
+// One rule for every knob: a variable set to "" is unset, so the default
+// applies; the same configuration as no variable at all.
+TEST(ConfigTest, AnEmptyVariableMeansUnsetForEveryKnob) {
+  absl::StatusOr<ServeConfig> defaults = ResolveServeConfig({}, FakeEnv({}));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  for (const Knob* knob : ServeKnobs()) {
+    absl::StatusOr<ServeConfig> c =
+        ResolveServeConfig({}, FakeEnv({{std::string(knob->variable), ""}}));
+    ASSERT_TRUE(c.ok()) << knob->variable << ": " << c.status();
+    EXPECT_EQ(c->port, defaults->port) << knob->variable;
+    EXPECT_EQ(c->host, defaults->host) << knob->variable;
+    EXPECT_EQ(c->retirement.idle_timeout, defaults->retirement.idle_timeout);
+    EXPECT_EQ(c->worker.max_concurrent_tasks, defaults->worker.max_concurrent_tasks);
+    EXPECT_EQ(c->credentials, defaults->credentials) << knob->variable;
+  }
+  for (const Knob* knob : ClientKnobs()) {
+    absl::StatusOr<ClientConfig> c =
+        ResolveClientConfig({}, FakeEnv({{std::string(knob->variable), ""}}));
+    ASSERT_TRUE(c.ok()) << knob->variable << ": " << c.status();
+    EXPECT_EQ(c->address, "127.0.0.1:50051");
+    EXPECT_EQ(c->attempts, 1);
+  }
+}
+
+TEST(ConfigTest, ClientKnobsFollowTheSameRules) {
+  absl::StatusOr<ClientConfig> c = ResolveClientConfig(
+      Flags{{"--attempts", "3"}},
+      FakeEnv({{"CFDB_WORKER_ADDRESS", "10.0.0.5:9"}, {"CFDB_WORKER_ATTEMPTS", "7"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->address, "10.0.0.5:9");
+  EXPECT_EQ(c->attempts, 3) << "the flag beats its variable";
+  absl::StatusOr<ClientConfig> bad =
+      ResolveClientConfig({}, FakeEnv({{"CFDB_WORKER_ATTEMPTS", "0"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("CFDB_WORKER_ATTEMPTS: '0' is outside 1..1000"));
+}
+
+TEST(JoinHostPortTest, BracketsIpv6) {
+  EXPECT_EQ(JoinHostPort("::1", 1), "[::1]:1");
+  EXPECT_EQ(JoinHostPort("host", 2), "host:2");
+}
+
+}  // namespace
+}  // namespace cfdb::worker

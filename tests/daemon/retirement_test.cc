@@ -1,0 +1,331 @@
+#include "daemon/retirement.h"
+
+#include <deque>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// FakeIdleSource answers polls from a script; the last answer repeats.
+struct FakeIdleSource {
+  explicit FakeIdleSource(const Clock& clock) : clock(clock) {}
+  const Clock& clock;
+  std::deque<absl::StatusOr<double>> script;
+  std::vector<TimePoint> polls;
+  std::vector<Duration> timeouts;
+  absl::Status close_status;
+  int closes = 0;
+};
+
+class SourceProxy : public IdleSource {
+ public:
+  explicit SourceProxy(FakeIdleSource& fake) : fake_(fake) {}
+  absl::StatusOr<double> IdleTime(Duration timeout) override {
+    fake_.polls.push_back(fake_.clock.Now());
+    fake_.timeouts.push_back(timeout);
+    absl::StatusOr<double> answer = fake_.script.front();
+    if (fake_.script.size() > 1) fake_.script.pop_front();
+    return answer;
+  }
+  absl::Status Close() override {
+    ++fake_.closes;
+    return fake_.close_status;
+  }
+
+ private:
+  FakeIdleSource& fake_;
+};
+
+class RetirementTest : public ::testing::Test {
+ protected:
+  RetirementTest() {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+    auto logger = std::make_shared<spdlog::logger>("test", sink);
+    logger->set_pattern("%l %v");
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+    options_.idle_timeout = seconds(600);
+    options_.idle_poll_interval = seconds(15);
+    options_.idle_poll_deadline = seconds(5);
+    options_.idle_poll_failure_limit = 20;
+    options_.max_lifetime = hours(12);
+    options_.max_lifetime_grace = hours(6);
+    options_.signal_grace = Duration::zero();
+  }
+
+  // Script sets the answers of the polls, in order.
+  void Script(std::initializer_list<absl::StatusOr<double>> answers) {
+    source_.script.assign(answers.begin(), answers.end());
+  }
+
+  Retirement Run() {
+    start_ = clock_.Now();
+    RetirementPolicy reaper(
+        options_, clock_, shutdown_.watcher(),
+        [this]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+          ++connects_;
+          return std::make_unique<SourceProxy>(source_);
+        },
+        [this](StopRequest r) { stops_.push_back(r.grace); });
+    return reaper.Run();
+  }
+
+  int CountLines(std::string_view level) const {
+    std::istringstream in(log_.str());
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      n += line.rfind(std::string(level) + " ", 0) == 0;
+    }
+    return n;
+  }
+
+  FakeClock clock_;
+  Shutdown shutdown_;
+  RetirementOptions options_;
+  FakeIdleSource source_{clock_};
+  std::ostringstream log_;
+  TimePoint start_;
+  int connects_ = 0;
+  std::vector<Duration> stops_;
+};
+
+TEST(RetirementDefaultsTest, MatchTheDocumentedDefaults) {
+  const RetirementOptions defaults;
+  EXPECT_EQ(defaults.idle_timeout, seconds(600));
+  EXPECT_EQ(defaults.idle_poll_interval, seconds(15));
+  EXPECT_EQ(defaults.idle_poll_deadline, seconds(5));
+  EXPECT_EQ(defaults.idle_poll_failure_limit, 20);
+  EXPECT_EQ(defaults.max_lifetime, hours(12));
+  EXPECT_EQ(defaults.max_lifetime_grace, hours(6));
+  EXPECT_EQ(defaults.signal_grace, Duration::zero());
+}
+
+TEST_F(RetirementTest, ExitsOnTheFirstPollOverTheThresholdWithTheDrainGrace) {
+  Script({601.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_EQ(exit.idle_seconds, 601.0);
+  ASSERT_EQ(source_.polls.size(), 1u);
+  EXPECT_EQ(source_.timeouts[0], seconds(5)) << "each poll has a deadline";
+  EXPECT_EQ(stops_, std::vector<Duration>{hours(6)});
+  EXPECT_THAT(log_.str(), HasSubstr("exiting: idle for 601.000 s"));
+}
+
+TEST_F(RetirementTest, OneTickBeforeTheThresholdKeepsServingAndTheThresholdExits) {
+  const double just_under = 600.0 - 1e-6;
+  Script({just_under, 600.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_EQ(source_.polls.size(), 2u);
+}
+
+TEST_F(RetirementTest, IdleTimeoutBelowTheCadenceExitsAtTheTimeoutNotAtTheCadence) {
+  options_.idle_timeout = seconds(2);
+  Script({2.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  ASSERT_EQ(source_.polls.size(), 1u);
+  EXPECT_EQ(source_.polls[0] - start_, seconds(2)) << "not at the 15 s tick";
+}
+
+TEST_F(RetirementTest, BusyWorkerIsNeverReapedAndExitsViaMaxLifetime) {
+  options_.max_lifetime = seconds(120);
+  Script({0.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
+  EXPECT_EQ(clock_.Now() - start_, seconds(120));
+  EXPECT_EQ(source_.polls.size(), 7u) << "polled at 15, 30, ..., 105 s";
+  EXPECT_EQ(stops_, std::vector<Duration>{hours(6)});
+}
+
+TEST_F(RetirementTest, PartialIdleKeepsServingUntilMaxLifetime) {
+  options_.max_lifetime = seconds(60);
+  Script({10.0, 200.0, 30.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
+  EXPECT_GE(source_.polls.size(), 3u);
+}
+
+TEST_F(RetirementTest, ZeroIdleTimeoutNeverConnects) {
+  options_.idle_timeout = Duration::zero();
+  options_.max_lifetime = seconds(30);
+  Script({10000.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
+  EXPECT_EQ(connects_, 0);
+  EXPECT_TRUE(source_.polls.empty());
+}
+
+TEST_F(RetirementTest, IdleUnavailablePollsOnceAndFallsBackToMaxLifetime) {
+  options_.max_lifetime = seconds(300);
+  Script({absl::UnimplementedError("no Idle")});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
+  EXPECT_EQ(source_.polls.size(), 1u);
+  EXPECT_EQ(CountLines("warning"), 1);
+  EXPECT_EQ(CountLines("error"), 0) << "a missing capability is not a fault";
+  EXPECT_THAT(log_.str(), HasSubstr("idle unavailable (UNIMPLEMENTED"));
+  EXPECT_THAT(log_.str(), HasSubstr("max lifetime backstop in 285 s"));
+}
+
+TEST_F(RetirementTest, TransientFailureThenIdleExitsViaIdle) {
+  Script({absl::UnavailableError("down"), 700.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_EQ(source_.polls.size(), 2u);
+  EXPECT_THAT(log_.str(), HasSubstr("transient error (UNAVAILABLE: down)"));
+}
+
+TEST_F(RetirementTest, SuccessResetsTheConsecutiveFailureCount) {
+  options_.idle_poll_failure_limit = 2;
+  Script({absl::InternalError("boom"), 1.0, absl::InternalError("boom"),
+          700.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_EQ(source_.polls.size(), 4u);
+  EXPECT_EQ(CountLines("error"), 0);
+  EXPECT_EQ(CountLines("warning"), 2);
+}
+
+TEST_F(RetirementTest, SustainedFailureLogsOneErrorAndStopsPolling) {
+  options_.idle_poll_failure_limit = 2;
+  options_.max_lifetime = hours(1);
+  Script({absl::InternalError("boom")});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
+  EXPECT_EQ(source_.polls.size(), 2u) << "no polls after the escalation";
+  EXPECT_EQ(CountLines("error"), 1);
+  EXPECT_THAT(log_.str(), HasSubstr("rpc error (INTERNAL: boom)"));
+  EXPECT_THAT(log_.str(), HasSubstr("max lifetime backstop in"));
+}
+
+TEST_F(RetirementTest, ErrorWithMaxLifetimeDisabledPromisesNoBackstop) {
+  options_.idle_poll_failure_limit = 1;
+  options_.max_lifetime = Duration::zero();
+  Script({absl::DeadlineExceededError("slow")});
+  // Nothing else can end this loop: a signal "arrives" at the wait after
+  // the failed poll.
+  clock_.SetWaitHook([this](TimePoint) {
+    if (clock_.waits() >= 2) shutdown_.Stop(StopCause::kSignal);
+  });
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kSignal);
+  EXPECT_EQ(CountLines("error"), 1);
+  EXPECT_THAT(log_.str(), HasSubstr("no backstop: max lifetime is disabled"));
+  EXPECT_THAT(log_.str(), Not(HasSubstr("backstop in")));
+}
+
+TEST_F(RetirementTest, SignalBeatsAnIdleExit) {
+  Script({10000.0});
+  shutdown_.Stop(StopCause::kSignal);
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kSignal);
+  EXPECT_TRUE(source_.polls.empty());
+  EXPECT_EQ(exit.grace, Duration::zero()) << "signals use signal_grace";
+  EXPECT_TRUE(stops_.empty()) << "the signal handler made the request";
+}
+
+TEST_F(RetirementTest, SignalGraceIsTheOneConfigured) {
+  options_.signal_grace = seconds(42);
+  shutdown_.Stop(StopCause::kSignal);
+  Script({0.0});
+  EXPECT_EQ(Run().grace, seconds(42));
+  EXPECT_TRUE(stops_.empty());
+}
+
+TEST_F(RetirementTest, StopRpcExitLeavesTheDrainToTheRpc) {
+  Script({0.0});
+  clock_.SetWaitHook([this](TimePoint) { shutdown_.Stop(StopCause::kStopRpc); });
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kStopRpc);
+  EXPECT_TRUE(stops_.empty());
+}
+
+TEST_F(RetirementTest, MaxLifetimeIsCheckedBeforeSignals) {
+  options_.max_lifetime = seconds(15);
+  Script({0.0});
+  clock_.SetWaitHook([this](TimePoint) { shutdown_.Stop(StopCause::kSignal); });
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
+}
+
+TEST_F(RetirementTest, ClosesTheConnectionOnExit) {
+  Script({601.0});
+  Run();
+  EXPECT_EQ(source_.closes, 1);
+}
+
+TEST_F(RetirementTest, FailingCloseStillStopsTheWorker) {
+  Script({601.0});
+  source_.close_status = absl::InternalError("close failed");
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_EQ(source_.closes, 1);
+  EXPECT_EQ(stops_.size(), 1u);
+  EXPECT_THAT(log_.str(), HasSubstr("close failed"));
+}
+
+TEST_F(RetirementTest, NextPollComesAtTheThresholdWhenBeforeTheCadence) {
+  Script({590.0, 600.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  ASSERT_EQ(source_.polls.size(), 2u);
+  EXPECT_EQ(source_.polls[0] - start_, seconds(15));
+  EXPECT_EQ(source_.polls[1] - source_.polls[0], seconds(10))
+      << "10 s left to the threshold, not the 15 s cadence";
+}
+
+TEST_F(RetirementTest, FailedConnectDisablesPollingButNotTheBackstop) {
+  options_.max_lifetime = seconds(30);
+  RetirementPolicy reaper(
+      options_, clock_, shutdown_.watcher(),
+      []() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+        return absl::InvalidArgumentError("no address");
+      },
+      [this](StopRequest r) { stops_.push_back(r.grace); });
+  EXPECT_EQ(reaper.Run().reason, ExitReason::kMaxLifetime);
+  EXPECT_THAT(log_.str(), HasSubstr("no address"));
+}
+
+TEST(RetirementRealClockTest, SignalDuringALongWaitIsSeenAtOnce) {
+  RetirementOptions options;
+  options.idle_poll_interval = hours(1);
+  Shutdown shutdown;
+  int polls = 0;
+  struct Busy : IdleSource {
+    explicit Busy(int& polls) : polls(polls) {}
+    absl::StatusOr<double> IdleTime(Duration) override {
+      ++polls;
+      return 0.0;
+    }
+    absl::Status Close() override { return absl::OkStatus(); }
+    int& polls;
+  };
+  RetirementPolicy reaper(
+      options, SteadyClock::Get(), shutdown.watcher(),
+      [&]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+        return std::make_unique<Busy>(polls);
+      },
+      [](StopRequest) {});
+  const TimePoint start = std::chrono::steady_clock::now();
+  std::thread signaller([&] { shutdown.Stop(StopCause::kSignal); });
+  const Retirement exit = reaper.Run();
+  signaller.join();
+  EXPECT_EQ(exit.reason, ExitReason::kSignal);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::minutes(1))
+      << "returned long before the one-hour wait ended";
+}
+
+}  // namespace
+}  // namespace cfdb::worker

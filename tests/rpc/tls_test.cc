@@ -1,0 +1,217 @@
+// Mutual TLS against real workers, with a throw-away CA (test_pki.h).
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
+#include "cfdb/worker/exec.h"
+#include "cfdb/worker/server.h"
+#include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "support/daemon.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "support/test_job.h"
+#include "support/test_pki.h"
+#include "rpc/wire.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using testing::Pem;
+using testing::TestPki;
+
+constexpr char kIdentity[] = "worker.cfdb.internal";
+constexpr auto kTimeout = seconds(10);
+
+class TlsTest : public ::testing::Test {
+ protected:
+  TlsTest()
+      : worker_pem_(pki_.Leaf("worker", {std::string("DNS:") + kIdentity,
+                                         "IP:127.0.0.1"})),
+        client_pem_(pki_.Leaf("client", {"DNS:client.cfdb.internal"})) {}
+
+  void SetUp() override { StartServer(pki_.Mtls(worker_pem_)); }
+
+  void StartServer(const Credentials& credentials) {
+    worker_ = std::make_unique<Worker>(WorkerOptions{.max_concurrent_tasks = 2});
+    ASSERT_TRUE(worker_->RegisterKind(kExecKind, ExecKind()).ok());
+    auto server = WorkerServer::Start(
+        *worker_, {.address = "127.0.0.1:0", .credentials = credentials});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    address_ = absl::StrCat("127.0.0.1:", server_->port());
+  }
+
+  std::unique_ptr<WorkerConnection> Connect(const Credentials& credentials) {
+    auto connection = WorkerConnection::Open(address_, credentials);
+    EXPECT_TRUE(connection.ok());
+    return *std::move(connection);
+  }
+
+  // MarkerJob would create a file if it ran.
+  JobRequest MarkerJob() {
+    JobRequest request = testing::ExecRequest({"touch", marker_});
+    return request;
+  }
+  bool MarkerExists() const { return std::filesystem::exists(marker_); }
+
+  TestPki pki_;
+  Pem worker_pem_;
+  Pem client_pem_;
+  std::string marker_ = pki_.dir() + "/ran";
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<WorkerServer> server_;
+  std::string address_;
+};
+
+TEST_F(TlsTest, MutualTlsClientCanIdleDispatchAndStop) {
+  auto connection = Connect(pki_.Mtls(client_pem_, kIdentity));
+  absl::StatusOr<double> idle = connection->IdleTime(kTimeout);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  absl::StatusOr<JobOutcome> outcome = connection->Dispatch(MarkerJob(), {});
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(MarkerExists());
+  absl::StatusOr<StopSummary> stopped = connection->Stop(seconds(1), kTimeout);
+  EXPECT_TRUE(stopped.ok()) << stopped.status();
+}
+
+TEST_F(TlsTest, VerifyingAgainstTheDialledLoopbackAddressWorksWithItsSan) {
+  auto connection = Connect(pki_.Mtls(client_pem_));
+  EXPECT_TRUE(connection->IdleTime(kTimeout).ok());
+}
+
+TEST_F(TlsTest, ClientWithoutACertificateIsRefused) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = TestPki::ReadFile(pki_.ca().cert);
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride(kIdentity);
+  auto channel = grpc::CreateCustomChannel(
+      address_, grpc::SslCredentials(options), args);
+  auto stub = v1::Worker::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kTimeout);
+  v1::DispatchRequest request = wire::ToProto(MarkerJob());
+  auto reader = stub->Dispatch(&context, request);
+  v1::DispatchEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_FALSE(reader->Finish().ok());
+  EXPECT_FALSE(MarkerExists()) << "nothing ran";
+}
+
+TEST_F(TlsTest, ClientFromAnotherCaIsRefused) {
+  const Pem stranger = pki_.Issue("stranger", "stranger", {"DNS:stranger"},
+                                  &pki_.other_ca(), 0, 3600);
+  auto connection = Connect(pki_.Mtls(stranger, kIdentity));
+  EXPECT_FALSE(connection->IdleTime(kTimeout).ok());
+  EXPECT_FALSE(connection->Dispatch(MarkerJob(), {}).ok());
+  EXPECT_FALSE(MarkerExists()) << "nothing ran";
+}
+
+TEST_F(TlsTest, ExpiredClientCertificateIsRefused) {
+  const Pem expired = pki_.Issue("expired", "expired", {"DNS:expired"},
+                                 &pki_.ca(), -7200, -3600);
+  auto connection = Connect(pki_.Mtls(expired, kIdentity));
+  EXPECT_FALSE(connection->IdleTime(kTimeout).ok());
+  EXPECT_FALSE(connection->Dispatch(MarkerJob(), {}).ok());
+  EXPECT_FALSE(MarkerExists()) << "nothing ran";
+}
+
+TEST_F(TlsTest, ExpectingAnotherIdentityFailsAsAHandshakeError) {
+  auto connection = Connect(pki_.Mtls(client_pem_, "other.cfdb.internal"));
+  absl::StatusOr<double> idle = connection->IdleTime(kTimeout);
+  ASSERT_FALSE(idle.ok());
+  EXPECT_EQ(ClassifyError(Rpc::kIdle, idle.status()),
+            ErrorKind::kHandshakeError)
+      << idle.status();
+}
+
+TEST_F(TlsTest, RotatedServerCertificateIsServedWithoutARestart) {
+  server_.reset();
+  StartServer(pki_.Mtls(worker_pem_, "", seconds(1)));
+  const Pem next = pki_.Leaf("worker-next", {std::string("DNS:") + kIdentity,
+                                             "IP:127.0.0.1"});
+  // Replace atomically: write beside, then rename over.
+  std::filesystem::rename(next.key, worker_pem_.key);
+  std::filesystem::rename(next.cert, worker_pem_.cert);
+  const std::string wanted = TestPki::ReadFile(worker_pem_.cert);
+
+  const Credentials client = pki_.Mtls(client_pem_, kIdentity);
+  const TimePoint give_up = std::chrono::steady_clock::now() + seconds(30);
+  std::string served;
+  while (served != wanted && std::chrono::steady_clock::now() < give_up) {
+    // A new channel each time, so each call makes a new handshake.
+    grpc::ChannelArguments args;
+    args.SetInt("cfdb.test.fresh", static_cast<int>(
+        std::chrono::steady_clock::now().time_since_epoch().count() & 0x7fffffff));
+    wire::SetChannelArguments(client, args);
+    auto stub = v1::Worker::NewStub(grpc::CreateCustomChannel(
+        address_, wire::ChannelCredentials(client), args));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kTimeout);
+    v1::IdleTime reply;
+    if (!stub->Idle(&context, v1::IdleRequest(), &reply).ok()) continue;
+    for (const auto& pem : context.auth_context()->FindPropertyValues(
+             "x509_pem_cert")) {
+      served.assign(pem.data(), pem.size());
+    }
+  }
+  EXPECT_EQ(served, wanted);
+}
+
+TEST(TlsDaemonTest, ReapsItselfUnderMutualTlsThroughItsSelfPoll) {
+  TestPki pki;
+  const Pem worker =
+      pki.Leaf("worker", {std::string("DNS:") + kIdentity, "IP:127.0.0.1"});
+  testing::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                          "--tls-key", worker.key, "--tls-identity", kIdentity,
+                          "--idle-timeout-seconds", "1",
+                          "--idle-poll-interval-seconds", "0.2"});
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle for"));
+}
+
+TEST(TlsDaemonTest, MissingLoopbackSanIsExplainedAndTheBackstopHolds) {
+  TestPki pki;
+  const Pem worker = pki.Leaf("worker", {std::string("DNS:") + kIdentity});
+  testing::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                          "--tls-key", worker.key, "--idle-timeout-seconds", "1",
+                          "--idle-poll-interval-seconds", "0.2",
+                          "--idle-poll-failure-limit", "2",
+                          "--max-lifetime-seconds", "2"});
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  const std::string log = daemon.log();
+  EXPECT_THAT(log, HasSubstr("handshake error"));
+  EXPECT_THAT(log, HasSubstr("no SAN for 127.0.0.1"));
+  EXPECT_THAT(log, HasSubstr("idle poll failed 2 times in a row"));
+  EXPECT_THAT(log, HasSubstr("exiting: max lifetime"));
+}
+
+TEST(TlsDaemonTest, MalformedFileIsRefusedWithTheFileAndReason) {
+  TestPki pki;
+  const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  testing::CollectingJob job(testing::Command(
+      {"serve", "--tls-ca", worker.key, "--tls-cert", worker.cert, "--tls-key",
+       worker.key}));
+  EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
+  EXPECT_THAT(job.err(), HasSubstr("--tls-ca: " + worker.key +
+                                   ": not a PEM certificate"));
+}
+
+TEST(TlsDaemonTest, KeyOfAnotherCertificateIsRefused) {
+  TestPki pki;
+  const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  const Pem other = pki.Leaf("other", {"IP:127.0.0.1"});
+  testing::CollectingJob job(testing::Command(
+      {"serve", "--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+       "--tls-key", other.key}));
+  EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
+  EXPECT_THAT(job.err(), HasSubstr("does not belong to the certificate"));
+}
+
+}  // namespace
+}  // namespace cfdb::worker

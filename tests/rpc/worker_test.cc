@@ -1,0 +1,318 @@
+// A real worker over a real channel: WorkerServer on port 0, WorkerConnection.
+#include <sys/resource.h>
+
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
+#include "cfdb/worker/exec.h"
+#include "daemon/retirement.h"
+#include "cfdb/worker/server.h"
+#include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "cfdb/worker/worker.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "support/test_job.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using testing::ExecRequest;
+using Failure = JobOutcome::Failure;
+
+constexpr auto kTimeout = seconds(30);
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(4); }
+
+  void Start(std::size_t max_concurrent_tasks) {
+    server_.reset();
+    worker_ = std::make_unique<Worker>(WorkerOptions{
+        .max_concurrent_tasks = max_concurrent_tasks,
+        .task_kill_grace = seconds(5)});
+    ASSERT_TRUE(worker_->RegisterKind(kExecKind, ExecKind()).ok());
+    ASSERT_TRUE(worker_
+                    ->RegisterKind("echo", {.run = [](JobContext& ctx) {
+                                     ctx.Emit(OutputStream::kStdout,
+                                              ctx.request().payload);
+                                     return JobOutcome::Exited(0);
+                                   }})
+                    .ok());
+    auto server = WorkerServer::Start(*worker_, {.address = "127.0.0.1:0"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    connection_ = Connect();
+  }
+
+  std::unique_ptr<WorkerConnection> Connect() {
+    auto connection = WorkerConnection::Open(
+        absl::StrCat("127.0.0.1:", server_->port()));
+    EXPECT_TRUE(connection.ok());
+    return *std::move(connection);
+  }
+
+  // RunInBackground dispatches `request` on its own connection and thread;
+  // returns once the worker accepted it.
+  std::thread RunInBackground(JobRequest request,
+                              absl::StatusOr<JobOutcome>* outcome,
+                              std::string* out = nullptr) {
+    auto accepted = std::make_shared<absl::Notification>();
+    std::thread t([this, request, outcome, out, accepted] {
+      DispatchCallbacks callbacks;
+      callbacks.on_accepted = [accepted] { accepted->Notify(); };
+      callbacks.on_output = [out](OutputStream, std::string_view data) {
+        if (out != nullptr) out->append(data);
+      };
+      *outcome = Connect()->Dispatch(request, callbacks);
+      if (!accepted->HasBeenNotified()) accepted->Notify();
+    });
+    accepted->WaitForNotificationWithTimeout(absl::Seconds(30));
+    return t;
+  }
+
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<WorkerServer> server_;
+  std::unique_ptr<WorkerConnection> connection_;
+};
+
+TEST_F(WorkerTest, FreshWorkerIdleIsPositiveAndNonDecreasing) {
+  absl::StatusOr<double> first = connection_->IdleTime(kTimeout);
+  absl::StatusOr<double> second = connection_->IdleTime(kTimeout);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(*first, 0);
+  EXPECT_GE(*second, *first);
+}
+
+TEST_F(WorkerTest, IdleIsZeroWhileAJobIsInFlight) {
+  absl::StatusOr<JobOutcome> outcome;
+  std::thread job = RunInBackground(ExecRequest({"sleep", "300"}), &outcome);
+  absl::StatusOr<double> idle = connection_->IdleTime(kTimeout);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ(*idle, 0.0);
+  worker_->Stop(Duration::zero());
+  job.join();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->failure, Failure::kCancelled);
+}
+
+TEST_F(WorkerTest, ServerWithoutIdleIsIdleUnavailableNotAnRpcError) {
+  v1::Worker::CallbackService bare;  // every method UNIMPLEMENTED
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&bare);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto connection = WorkerConnection::Open(absl::StrCat("127.0.0.1:", port));
+  ASSERT_TRUE(connection.ok());
+  absl::StatusOr<double> idle = (*connection)->IdleTime(kTimeout);
+  ASSERT_FALSE(idle.ok());
+  EXPECT_EQ(ClassifyError(Rpc::kIdle, idle.status()),
+            ErrorKind::kIdleUnavailable);
+  server->Shutdown();
+}
+
+TEST_F(WorkerTest, PollStopThenALaterPollIsTransient) {
+  ASSERT_TRUE(connection_->IdleTime(kTimeout).ok());
+  absl::StatusOr<StopSummary> stopped = connection_->Stop(seconds(5), kTimeout);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  server_->Shutdown(seconds(5));
+  absl::StatusOr<double> idle = connection_->IdleTime(seconds(5));
+  ASSERT_FALSE(idle.ok());
+  EXPECT_EQ(ClassifyError(Rpc::kIdle, idle.status()), ErrorKind::kTransient);
+}
+
+TEST_F(WorkerTest, HealthIsServingUntilTheDrainBegins) {
+  absl::StatusOr<WorkerConnection::ServingStatus> health =
+      connection_->Health(kTimeout);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, WorkerConnection::ServingStatus::kServing);
+
+  absl::StatusOr<JobOutcome> outcome;
+  std::thread job = RunInBackground(ExecRequest({"sleep", "300"}), &outcome);
+  absl::Notification draining;
+  worker_->OnStopping([&] { draining.Notify(); });
+  std::thread stopper([this] { worker_->Stop(seconds(300)); });
+  ASSERT_TRUE(draining.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  health = connection_->Health(kTimeout);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, WorkerConnection::ServingStatus::kNotServing)
+      << "a draining worker takes no new work";
+  worker_->Stop(Duration::zero());
+  stopper.join();
+  job.join();
+}
+
+TEST_F(WorkerTest, ClosedConnectionRefusesCallsAndASecondClose) {
+  ASSERT_TRUE(connection_->Close().ok());
+  EXPECT_EQ(connection_->IdleTime(kTimeout).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(connection_->Close().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(WorkerTest, NonPositiveTimeoutIsRejectedWithoutACall) {
+  EXPECT_EQ(connection_->IdleTime(Duration::zero()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(connection_->IdleTime(-seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(connection_->Stop(seconds(1), Duration::zero()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(worker_->stopping()) << "no Stop reached the worker";
+}
+
+TEST_F(WorkerTest, DrainLetsARunningJobFinishWithinTheGrace) {
+  absl::StatusOr<JobOutcome> outcome;
+  std::string out;
+  std::thread job = RunInBackground(
+      ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}), &outcome, &out);
+  absl::StatusOr<StopSummary> stopped = connection_->Stop(seconds(60), kTimeout);
+  job.join();
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->drained, 1u);
+  EXPECT_EQ(stopped->cancelled, 0u);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, JobOutcome::Exited(0));
+  EXPECT_EQ(out, "finished\n");
+}
+
+TEST_F(WorkerTest, StopWithoutGraceCancelsARunningJob) {
+  absl::StatusOr<JobOutcome> outcome;
+  std::string out;
+  std::thread job = RunInBackground(
+      ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}), &outcome, &out);
+  absl::StatusOr<StopSummary> stopped = connection_->Stop(Duration::zero(), kTimeout);
+  job.join();
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->cancelled, 1u);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->failure, Failure::kCancelled);
+  EXPECT_EQ(out, "");
+}
+
+TEST_F(WorkerTest, StoppingWorkerRefusesNewJobsAsUnavailable) {
+  worker_->Stop(Duration::zero());
+  absl::StatusOr<JobOutcome> outcome =
+      connection_->Dispatch(ExecRequest({"true"}), {});
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(WorkerTest, FullDocketRefusesWithResourceExhausted) {
+  Start(1);
+  absl::StatusOr<JobOutcome> first;
+  std::thread job = RunInBackground(ExecRequest({"sleep", "300"}), &first);
+  absl::StatusOr<JobOutcome> second =
+      connection_->Dispatch(ExecRequest({"true"}), {});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ClassifyError(Rpc::kDispatch, second.status()),
+            ErrorKind::kTransient);
+  worker_->Stop(Duration::zero());
+  job.join();
+}
+
+TEST_F(WorkerTest, RefusedDispatchDoesNotResetIdle) {
+  absl::StatusOr<double> before = connection_->IdleTime(kTimeout);
+  JobRequest bad = ExecRequest({});
+  absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(bad, {});
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(outcome.status().message()), HasSubstr("exec.argv"));
+  absl::StatusOr<double> after = connection_->IdleTime(kTimeout);
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_GE(*after, *before);
+}
+
+TEST_F(WorkerTest, BadRequestsGetInvalidArgumentNamingTheField) {
+  JobRequest no_id = ExecRequest({"true"});
+  no_id.job_id = "";
+  JobRequest unknown = ExecRequest({"true"});
+  unknown.kind = "teleport";
+  JobRequest nul = ExecRequest({std::string("tr\0ue", 5)});
+  JobRequest bad_env = ExecRequest({"true"});
+  MutableExec(bad_env).env["A=B"] = "c";
+  for (const auto& [request, field] :
+       std::vector<std::pair<JobRequest, std::string>>{{no_id, "job_id"},
+                                                       {unknown, "kind"},
+                                                       {nul, "exec.argv[0]"},
+                                                       {bad_env, "exec.env"}}) {
+    absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(request, {});
+    EXPECT_EQ(outcome.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(outcome.status().message()), HasSubstr(field));
+  }
+}
+
+TEST_F(WorkerTest, StreamsSeveralMebibytesByteExact) {
+  std::mt19937_64 rng(7);
+  JobRequest request = ExecRequest({"cat"});
+  MutableExec(request).stdin_data.resize(6 << 20);
+  for (char& c : MutableExec(request).stdin_data) c = static_cast<char>(rng());
+  std::string out;
+  bool accepted = false;
+  absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(
+      request, {.on_accepted = [&] { accepted = true; },
+                .on_output = [&](OutputStream stream, std::string_view data) {
+                  EXPECT_EQ(stream, OutputStream::kStdout);
+                  EXPECT_TRUE(accepted) << "acceptance comes first";
+                  out.append(data);
+                }});
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, JobOutcome::Exited(0));
+  EXPECT_TRUE(out == MutableExec(request).stdin_data) << out.size() << " bytes";
+}
+
+TEST_F(WorkerTest, ClientCancelKillsTheJob) {
+  absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(
+      ExecRequest({"sleep", "300"}), {}, std::chrono::milliseconds(300));
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(worker_->docket().WaitEmptyUntil(std::chrono::steady_clock::now() +
+                                               kTimeout))
+      << "the job left the docket once its client went away";
+}
+
+TEST_F(WorkerTest, EmbeddedKindRunsItsHandler) {
+  JobRequest request;
+  request.job_id = "embedded";
+  request.kind = "echo";
+  request.payload = std::string("hello\0world", 11);
+  std::string out;
+  absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(
+      request, {.on_output = [&](OutputStream, std::string_view data) {
+        out.append(data);
+      }});
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, JobOutcome::Exited(0));
+  EXPECT_EQ(out, request.payload);
+}
+
+TEST(WorkerNiceTest, ProgramsOfJobsRunAtTheAddedNiceValue) {
+  errno = 0;
+  const int base = getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  if (base > 9) GTEST_SKIP() << "the test runs at nice " << base;
+  Worker worker(WorkerOptions{.job_nice = 10});
+  ASSERT_TRUE(worker.RegisterKind(kExecKind, ExecKind()).ok());
+  auto job = std::make_shared<testing::CollectingJob>(ExecRequest({"nice"}));
+  ASSERT_TRUE(worker.Dispatch(job).ok());
+  ASSERT_TRUE(worker.docket().WaitEmptyUntil(
+      std::chrono::steady_clock::now() + kTimeout));
+  EXPECT_EQ(job->outcome(), JobOutcome::Exited(0));
+  EXPECT_EQ(job->out(), absl::StrCat(base + 10, "\n"));
+}
+
+TEST(WorkerRegistryTest, RefusesDuplicateAndEmptyKinds) {
+  Worker worker(WorkerOptions{});
+  EXPECT_TRUE(worker.RegisterKind("exec", ExecKind()).ok());
+  EXPECT_EQ(worker.RegisterKind("exec", ExecKind()).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(worker.RegisterKind("", ExecKind()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cfdb::worker

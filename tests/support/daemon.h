@@ -1,0 +1,88 @@
+// Daemon and Command: run the cfdb-worker binary from a test, through the
+// exec job runner (so its output is collected and it is always reaped).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cfdb/worker/exec.h"
+#include "gtest/gtest.h"
+#include "support/test_job.h"
+
+namespace cfdb::worker::testing {
+
+inline std::string Binary() {
+  const char* path = std::getenv("CFDB_WORKER_BINARY");
+  return path != nullptr ? path : CFDB_WORKER_BINARY_PATH;
+}
+
+inline JobRequest Command(std::vector<std::string> args,
+                   std::map<std::string, std::string> env = {}) {
+  JobRequest request = ExecRequest({Binary()});
+  MutableExec(request).argv.insert(MutableExec(request).argv.end(), args.begin(), args.end());
+  MutableExec(request).env.insert(env.begin(), env.end());
+  MutableExec(request).time_limit = std::chrono::seconds(60);
+  return request;
+}
+
+// Daemon runs `cfdb-worker serve --port 0 ARGS` on a thread of its own and
+// reads the port and pid from its "listening on" log line. A `wrapper`
+// (e.g. {"prlimit", "--nofile=64"}) runs the daemon through a program that
+// execs it.
+class Daemon {
+ public:
+  // `wrapper` runs the daemon, e.g. {"unshare", "--pid", "--fork"}.
+  explicit Daemon(std::vector<std::string> args,
+                  std::vector<std::string> wrapper = {})
+      : job_(Wrapped(Command(Serve(args)), wrapper)) {
+    thread_ = std::thread([this] { outcome_ = RunExec(job_); });
+    EXPECT_TRUE(job_.WaitForOutput("listening on"));
+    std::smatch m;
+    const std::string log = job_.err();
+    if (std::regex_search(log, m, std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
+      port_ = std::stoi(m[1]);
+      pid_ = std::stoi(m[2]);
+    }
+  }
+  ~Daemon() {
+    if (thread_.joinable()) {
+      job_.Cancel();
+      thread_.join();
+    }
+  }
+
+  JobOutcome Wait() {
+    thread_.join();
+    return *outcome_;
+  }
+  std::string log() { return job_.err(); }
+  bool WaitForLog(std::string_view text) { return job_.WaitForOutput(text); }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  static JobRequest Wrapped(JobRequest request,
+                            const std::vector<std::string>& wrapper) {
+    MutableExec(request).argv.insert(MutableExec(request).argv.begin(), wrapper.begin(),
+                             wrapper.end());
+    return request;
+  }
+  static std::vector<std::string> Serve(std::vector<std::string> args) {
+    args.insert(args.begin(), {"serve", "--port", "0"});
+    return args;
+  }
+  CollectingJob job_;
+  std::thread thread_;
+  std::optional<JobOutcome> outcome_;
+  int port_ = 0;
+  pid_t pid_ = 0;
+};
+
+}  // namespace cfdb::worker::testing
