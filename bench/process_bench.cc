@@ -68,10 +68,12 @@ class Child {
     }
     posix_spawn_file_actions_adddup2(&actions, err[1], 2);
     std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     started_ = Clock::now();
-    if (posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) {
+    if (posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ) !=
+        0) {
       Die("cannot spawn " + argv[0]);
     }
     posix_spawn_file_actions_destroy(&actions);
@@ -109,7 +111,8 @@ class Child {
       Die("no listening line from pid " + std::to_string(pid_) + ": " + log_);
     }
     std::smatch m;
-    std::regex_search(log_, m, std::regex(R"(listening on 127\.0\.0\.1:(\d+))"));
+    std::regex_search(log_, m,
+                      std::regex(R"(listening on 127\.0\.0\.1:(\d+))"));
     return std::stoi(m[1]);
   }
 
@@ -146,7 +149,8 @@ class Child {
 long StatusKiB(pid_t pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::atol(line.c_str() + field.size() + 1);
+    if (line.rfind(field + ":", 0) == 0)
+      return std::atol(line.c_str() + field.size() + 1);
   }
   return -1;
 }
@@ -155,7 +159,8 @@ long StatusKiB(pid_t pid, const std::string& field) {
 bool IdleOnce(v1::Worker::Stub& stub) {
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
   v1::IdleTime reply;
   return stub.Idle(&context, v1::IdleRequest(), &reply).ok();
 }
@@ -173,8 +178,9 @@ int Start(int reps, const std::vector<std::string>& argv) {
   for (int i = 0; i < reps; ++i) {
     Child child(argv);
     const int port = child.Port();
-    auto stub = v1::Worker::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    auto stub = v1::Worker::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                            grpc::InsecureChannelCredentials()));
     if (!IdleOnce(*stub)) Die("no Idle answer: " + child.log());
     cold_ms.push_back(Millis(Clock::now() - child.started()));
     // Resident memory once it has served a few calls and settled.
@@ -187,9 +193,9 @@ int Start(int reps, const std::vector<std::string>& argv) {
     child.Wait();
     sigterm_ms.push_back(Millis(child.exited_at() - t0));
   }
-  std::printf("{\"cold_start_ms\": %s, \"rss_kib\": %s, \"sigterm_exit_ms\": %s}\n",
-              Json(cold_ms).c_str(), Json(rss_kib).c_str(),
-              Json(sigterm_ms).c_str());
+  std::printf(
+      "{\"cold_start_ms\": %s, \"rss_kib\": %s, \"sigterm_exit_ms\": %s}\n",
+      Json(cold_ms).c_str(), Json(rss_kib).c_str(), Json(sigterm_ms).c_str());
   return 0;
 }
 
@@ -216,7 +222,8 @@ int Stream(const std::string& worker, long mib, int reps) {
   for (int i = 0; i < reps; ++i) {
     {
       // Reset the peak, so VmHWM afterwards is this run's peak.
-      std::ofstream("/proc/" + std::to_string(server.pid()) + "/clear_refs") << "5";
+      std::ofstream("/proc/" + std::to_string(server.pid()) + "/clear_refs")
+          << "5";
       const long rss_before = StatusKiB(server.pid(), "VmRSS");
       Child client({worker, "dispatch", "--address", address, "--no-stdin",
                     "--", "/bin/cat", path},
@@ -228,25 +235,28 @@ int Stream(const std::string& worker, long mib, int reps) {
             std::to_string(status) + ": " + client.log());
       }
       worker_mib_s.push_back(mib / std::chrono::duration<double>(
-                                       client.exited_at() - client.started()).count());
-      rss_growth_kib.push_back(static_cast<double>(
-          StatusKiB(server.pid(), "VmHWM") - rss_before));
+                                       client.exited_at() - client.started())
+                                       .count());
+      rss_growth_kib.push_back(
+          static_cast<double>(StatusKiB(server.pid(), "VmHWM") - rss_before));
     }
     {
       Child cat({"/bin/cat", path}, /*pipe_stdout=*/true);
       const long got = Drain(cat.stdout_fd());
       if (got != bytes || cat.Wait() != 0) Die("local cat failed");
-      cat_mib_s.push_back(mib / std::chrono::duration<double>(
-                                    cat.exited_at() - cat.started()).count());
+      cat_mib_s.push_back(
+          mib / std::chrono::duration<double>(cat.exited_at() - cat.started())
+                    .count());
     }
   }
   unlink(path);
   kill(server.pid(), SIGTERM);
   server.Wait();
-  std::printf("{\"mib\": %ld, \"worker_mib_per_s\": %s, \"cat_mib_per_s\": %s, "
-              "\"worker_rss_growth_kib\": %s}\n",
-              mib, Json(worker_mib_s).c_str(), Json(cat_mib_s).c_str(),
-              Json(rss_growth_kib).c_str());
+  std::printf(
+      "{\"mib\": %ld, \"worker_mib_per_s\": %s, \"cat_mib_per_s\": %s, "
+      "\"worker_rss_growth_kib\": %s}\n",
+      mib, Json(worker_mib_s).c_str(), Json(cat_mib_s).c_str(),
+      Json(rss_growth_kib).c_str());
   return 0;
 }
 
@@ -270,11 +280,12 @@ int Reap(const std::string& worker, int reps, double idle_timeout) {
     const int status = child->Wait();
     reaped.store(true);
     killer.join();
-    if (status != 0 || child->log().find("exiting: idle") == std::string::npos) {
+    if (status != 0 ||
+        child->log().find("exiting: idle") == std::string::npos) {
       Die("worker did not exit idle: " + child->log());
     }
-    overshoot_ms.push_back(
-        Millis(child->exited_at() - child->started()) - idle_timeout * 1000);
+    overshoot_ms.push_back(Millis(child->exited_at() - child->started()) -
+                           idle_timeout * 1000);
   }
   std::printf("{\"idle_timeout_s\": %g, \"overshoot_ms\": %s}\n", idle_timeout,
               Json(overshoot_ms).c_str());
@@ -298,17 +309,23 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) Die("missing value for " + arg);
       return argv[++i];
     };
-    if (arg == "--reps") reps = std::stoi(value());
-    else if (arg == "--mib") mib = std::stol(value());
-    else if (arg == "--worker") worker = value();
-    else if (arg == "--idle-timeout") idle_timeout = std::stod(value());
+    if (arg == "--reps")
+      reps = std::stoi(value());
+    else if (arg == "--mib")
+      mib = std::stol(value());
+    else if (arg == "--worker")
+      worker = value();
+    else if (arg == "--idle-timeout")
+      idle_timeout = std::stod(value());
     else if (arg == "--") {
       program.assign(argv + i + 1, argv + argc);
       break;
-    } else Die("unknown flag " + arg);
+    } else
+      Die("unknown flag " + arg);
   }
   if (mode == "start" && !program.empty()) return Start(reps, program);
   if (mode == "stream" && !worker.empty()) return Stream(worker, mib, reps);
-  if (mode == "reap" && !worker.empty()) return Reap(worker, reps, idle_timeout);
+  if (mode == "reap" && !worker.empty())
+    return Reap(worker, reps, idle_timeout);
   Die("bad mode or missing --worker / program");
 }

@@ -22,15 +22,15 @@
 
 #include "absl/synchronization/mutex.h"
 #include "bare_service.h"
-#include "count_allocations.h"
 #include "benchmark/benchmark.h"
-#include "daemon/backoff.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/docket.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/worker.h"
+#include "count_allocations.h"
+#include "daemon/backoff.h"
 #include "spdlog/sinks/null_sink.h"
 #include "spdlog/spdlog.h"
 
@@ -120,8 +120,9 @@ class BareEnv {
   BareEnv() {
     int port = 0;
     server_ = StartBareServer(service_, "127.0.0.1:0", &port);
-    stub_ = v1::Worker::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Worker::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                            grpc::InsecureChannelCredentials()));
   }
   ~BareEnv() { server_->Shutdown(std::chrono::system_clock::now()); }
   static BareEnv& Shared() {
@@ -140,7 +141,8 @@ class BareEnv {
 
 // The same per-call deadline WorkerConnection sets.
 void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
 }
 
 // TimedLoop calls `call` once per iteration and times it; `call` returns
@@ -161,7 +163,8 @@ void TimedLoop(benchmark::State& state, Call call) {
 
 // IdleLoop times IdleTime calls on `connection`.
 void IdleLoop(benchmark::State& state, WorkerConnection& connection) {
-  TimedLoop(state, [&] { return connection.IdleTime(std::chrono::seconds(5)).ok(); });
+  TimedLoop(state,
+            [&] { return connection.IdleTime(std::chrono::seconds(5)).ok(); });
 }
 
 // --- Idle round trip -------------------------------------------------------
@@ -190,8 +193,8 @@ void IdleUnderJobs(benchmark::State& state, std::vector<std::string> argv,
                    const DispatchCallbacks& callbacks) {
   const std::size_t tasks = std::max(1u, std::thread::hardware_concurrency());
   WorkerEnv env(tasks);
-  std::unique_ptr<WorkerConnection> job_connection = *WorkerConnection::Open(
-      "ipv4:127.0.0.1:" + std::to_string(env.port()));
+  std::unique_ptr<WorkerConnection> job_connection =
+      *WorkerConnection::Open("ipv4:127.0.0.1:" + std::to_string(env.port()));
   std::vector<std::thread> jobs;
   for (std::size_t i = 0; i < tasks; ++i) {
     jobs.emplace_back([&] {
@@ -206,7 +209,8 @@ void IdleUnderJobs(benchmark::State& state, std::vector<std::string> argv,
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   IdleLoop(state, env.connection());
-  state.counters["jobs"] = static_cast<double>(env.worker().docket().in_flight());
+  state.counters["jobs"] =
+      static_cast<double>(env.worker().docket().in_flight());
   env.worker().Stop(Duration::zero());
   for (std::thread& t : jobs) t.join();
 }
@@ -252,9 +256,9 @@ void BM_Docket_AdmitRelease(benchmark::State& state) {
     benchmark::DoNotOptimize(docket.Admit(&job));
     docket.Release(&job);
   }
-  state.counters["allocs_per_op"] = benchmark::Counter(
-      static_cast<double>(AllocationCount() - allocations),
-      benchmark::Counter::kAvgIterations);
+  state.counters["allocs_per_op"] =
+      benchmark::Counter(static_cast<double>(AllocationCount() - allocations),
+                         benchmark::Counter::kAvgIterations);
 }
 
 void BM_Floor_EmptyLoop(benchmark::State& state) {
@@ -281,7 +285,8 @@ void BM_Floor_SteadyClockNow(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(clock.Now());
 }
 
-// --- No-op job throughput ------------------------------------------------------
+// --- No-op job throughput
+// ------------------------------------------------------
 
 void BM_NoopJob_WorkerConnection(benchmark::State& state) {
   WorkerConnection& connection = WorkerEnv::Shared().connection();
@@ -353,7 +358,8 @@ void BM_NoopJob_WorkerDirect(benchmark::State& state) {
   state.counters["errors"] = errors;
 }
 
-// --- exec of /bin/true ----------------------------------------------------------
+// --- exec of /bin/true
+// ----------------------------------------------------------
 
 void BM_ExecTrue_WorkerConnection(benchmark::State& state) {
   WorkerConnection& connection = WorkerEnv::Shared().connection();
@@ -398,7 +404,8 @@ void BM_ExecTrue_PosixSpawnWaitpid(benchmark::State& state) {
   });
 }
 
-// --- Backoff::Wait noticing a stop ------------------------------------------------
+// --- Backoff::Wait noticing a stop
+// ------------------------------------------------
 
 // A thread waits out a 15-minute backoff; the stop comes once it is asleep.
 // The time is from Shutdown::Stop() to Wait returning.
@@ -419,7 +426,8 @@ void BM_Backoff_StopNoticed(benchmark::State& state) {
     const auto t0 = Clock::now();
     shutdown.Stop();
     waiter.join();
-    const Clock::duration d = Clock::duration(woke.load()) - t0.time_since_epoch();
+    const Clock::duration d =
+        Clock::duration(woke.load()) - t0.time_since_epoch();
     errors += waited_out;
     state.SetIterationTime(std::chrono::duration<double>(d).count());
     us.push_back(Micros(d));
@@ -432,22 +440,34 @@ void Register() {
   using benchmark::RegisterBenchmark;
   const int idle_calls = Scaled(3000);
   RegisterBenchmark("Idle/WorkerConnection", BM_Idle_WorkerConnection)
-      ->Iterations(idle_calls)->Unit(benchmark::kMicrosecond);
+      ->Iterations(idle_calls)
+      ->Unit(benchmark::kMicrosecond);
   RegisterBenchmark("Idle/BareStub", BM_Idle_BareStub)
-      ->Iterations(idle_calls)->Unit(benchmark::kMicrosecond);
+      ->Iterations(idle_calls)
+      ->Unit(benchmark::kMicrosecond);
   RegisterBenchmark("Idle/UnderStreamingLoad", BM_Idle_UnderStreamingLoad)
-      ->Iterations(Scaled(1500))->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->Iterations(Scaled(1500))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   RegisterBenchmark("Idle/UnderCpuLoad", BM_Idle_UnderCpuLoad)
-      ->Iterations(Scaled(1500))->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->Iterations(Scaled(1500))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
 
   const double min_time = g_scale > 1 ? 0.001 : 0.2;
   for (int threads : {1, 2}) {
     RegisterBenchmark("Docket/AdmitRelease", BM_Docket_AdmitRelease)
-        ->Threads(threads)->MinTime(min_time)->UseRealTime();
+        ->Threads(threads)
+        ->MinTime(min_time)
+        ->UseRealTime();
     RegisterBenchmark("Floor/EmptyLoop", BM_Floor_EmptyLoop)
-        ->Threads(threads)->MinTime(min_time)->UseRealTime();
+        ->Threads(threads)
+        ->MinTime(min_time)
+        ->UseRealTime();
     RegisterBenchmark("Floor/MutexLockUnlock", BM_Floor_MutexLockUnlock)
-        ->Threads(threads)->MinTime(min_time)->UseRealTime();
+        ->Threads(threads)
+        ->MinTime(min_time)
+        ->UseRealTime();
   }
   RegisterBenchmark("Floor/SteadyClockNow", BM_Floor_SteadyClockNow)
       ->MinTime(min_time);
@@ -455,27 +475,43 @@ void Register() {
   for (int callers : {1, 16}) {
     const int per_caller = Scaled(3000) / callers + 1;
     RegisterBenchmark("NoopJob/WorkerConnection", BM_NoopJob_WorkerConnection)
-        ->Threads(callers)->Iterations(per_caller)->UseRealTime()
+        ->Threads(callers)
+        ->Iterations(per_caller)
+        ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
     RegisterBenchmark("NoopJob/BareStream", BM_NoopJob_BareStream)
-        ->Threads(callers)->Iterations(per_caller)->UseRealTime()
+        ->Threads(callers)
+        ->Iterations(per_caller)
+        ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
     RegisterBenchmark("NoopJob/WorkerDirect", BM_NoopJob_WorkerDirect)
-        ->Threads(callers)->Iterations(per_caller)->UseRealTime()
+        ->Threads(callers)
+        ->Iterations(per_caller)
+        ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
 
   RegisterBenchmark("ExecTrue/WorkerConnection", BM_ExecTrue_WorkerConnection)
-      ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->Iterations(Scaled(400))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   RegisterBenchmark("ExecTrue/RunExecDirect", BM_ExecTrue_RunExecDirect)
-      ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->Iterations(Scaled(400))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   RegisterBenchmark("ExecTrue/WorkerDirect", BM_ExecTrue_WorkerDirect)
-      ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->Iterations(Scaled(400))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   RegisterBenchmark("ExecTrue/PosixSpawnWaitpid", BM_ExecTrue_PosixSpawnWaitpid)
-      ->Iterations(Scaled(400))->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->Iterations(Scaled(400))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
 
   RegisterBenchmark("Backoff/StopNoticed", BM_Backoff_StopNoticed)
-      ->Iterations(Scaled(40))->UseManualTime()->Unit(benchmark::kMicrosecond);
+      ->Iterations(Scaled(40))
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace

@@ -24,9 +24,9 @@ namespace {
 using cfdb::worker::Duration;
 
 bool IsTlsFile(std::string_view name) {
-  for (std::string_view file : {"--tls-ca", "--tls-cert", "--tls-key",
-                                "CFDB_WORKER_TLS_CA", "CFDB_WORKER_TLS_CERT",
-                                "CFDB_WORKER_TLS_KEY"}) {
+  for (std::string_view file :
+       {"--tls-ca", "--tls-cert", "--tls-key", "CFDB_WORKER_TLS_CA",
+        "CFDB_WORKER_TLS_CERT", "CFDB_WORKER_TLS_KEY"}) {
     if (name == file) return true;
   }
   return false;
@@ -93,6 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (r.idle_poll_failure_limit < 1) Fail("failure limit < 1", "");
   if (r.max_lifetime < Duration::zero()) Fail("negative max lifetime", "");
   if (c.worker.max_concurrent_tasks < 1) Fail("concurrency < 1", "");
-  if (c.worker.task_kill_grace < Duration::zero()) Fail("negative kill grace", "");
+  if (c.worker.task_kill_grace < Duration::zero())
+    Fail("negative kill grace", "");
   return 0;
 }

@@ -13,8 +13,8 @@
 #include <string_view>
 
 #include "cfdb/worker/exec.h"
-#include "google/protobuf/stubs/logging.h"
 #include "cfdb/worker/worker.h"
+#include "google/protobuf/stubs/logging.h"
 #include "rpc/wire.h"
 
 namespace {
@@ -33,7 +33,8 @@ bool HasNul(std::string_view s) { return s.find('\0') != s.npos; }
 const cfdb::worker::Worker& TheWorker() {
   static const auto* worker = [] {
     auto* w = new cfdb::worker::Worker(cfdb::worker::WorkerOptions{});
-    if (!w->RegisterKind(cfdb::worker::kExecKind, cfdb::worker::ExecKind()).ok()) {
+    if (!w->RegisterKind(cfdb::worker::kExecKind, cfdb::worker::ExecKind())
+             .ok()) {
       Fail("cannot register exec");
     }
     return w;

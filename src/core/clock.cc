@@ -55,7 +55,8 @@ bool SteadyClock::WaitUntil(TimePoint deadline, const StopToken& stop) const {
 }
 
 // A fixed, non-zero origin, so a fake time is never mistaken for "unset".
-FakeClock::FakeClock() : now_(std::chrono::hours(1000).count() * 1'000'000'000LL) {}
+FakeClock::FakeClock()
+    : now_(std::chrono::hours(1000).count() * 1'000'000'000LL) {}
 
 TimePoint FakeClock::Now() const { return TimePoint(Duration(now_.load())); }
 

@@ -64,10 +64,9 @@ std::size_t Docket::CancelAll() {
 
 bool Docket::WaitEmptyUntil(TimePoint deadline) const {
   absl::MutexLock lock(&mu_);
-  return emptied_.AwaitUntil(mu_, deadline,
-                             [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                               return jobs_.empty();
-                             });
+  return emptied_.AwaitUntil(
+      mu_, deadline,
+      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return jobs_.empty(); });
 }
 
 }  // namespace cfdb::worker

@@ -15,9 +15,9 @@ TimePoint StopRequest::Deadline() const {
 }
 
 bool StopRequests::Add(const StopRequest& request) {
-  auto it = std::find_if(sources_.begin(), sources_.end(), [&](const Source& s) {
-    return s.earliest.source == request.source;
-  });
+  auto it = std::find_if(
+      sources_.begin(), sources_.end(),
+      [&](const Source& s) { return s.earliest.source == request.source; });
   if (it == sources_.end()) {
     sources_.push_back(Source{request, request.arrival, 0});
     it = sources_.end() - 1;
@@ -46,9 +46,10 @@ TimePoint StopRequests::first_arrival() const {
 std::string StopRequests::Describe(TimePoint since) const {
   std::vector<const Source*> order;
   for (const Source& s : sources_) order.push_back(&s);
-  std::stable_sort(order.begin(), order.end(), [](const Source* a, const Source* b) {
-    return a->first_arrival < b->first_arrival;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Source* a, const Source* b) {
+                     return a->first_arrival < b->first_arrival;
+                   });
   std::string text;
   for (const Source* s : order) {
     if (!text.empty()) text += ", ";
@@ -59,9 +60,10 @@ std::string StopRequests::Describe(TimePoint since) const {
         r.grace < Duration::zero()
             ? "no limit"
             : absl::StrFormat("grace %g s", ToSeconds(r.grace));
-    absl::StrAppend(&text, " (", grace,
-                    absl::StrFormat(", %s +%.1f s", s->count > 1 ? "first at" : "at",
-                                    ToSeconds(s->first_arrival - since)));
+    absl::StrAppend(
+        &text, " (", grace,
+        absl::StrFormat(", %s +%.1f s", s->count > 1 ? "first at" : "at",
+                        ToSeconds(s->first_arrival - since)));
     if (deadline_ != TimePoint::max() && &sources_[deadline_index_] == s) {
       text += "; set the deadline";
     }

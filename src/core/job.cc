@@ -30,39 +30,56 @@ JobOutcome JobOutcome::Failed(Failure failure, std::string message) {
 
 int JobOutcome::ShellStatus() const {
   switch (kind) {
-    case Kind::kExited: return code;
-    case Kind::kSignaled: return 128 + signal;
-    case Kind::kFailed: break;
+    case Kind::kExited:
+      return code;
+    case Kind::kSignaled:
+      return 128 + signal;
+    case Kind::kFailed:
+      break;
   }
   switch (failure) {
-    case Failure::kStartFailed: return 127;
-    case Failure::kTimeLimitExceeded: return 124;
-    case Failure::kCancelled: return 125;
+    case Failure::kStartFailed:
+      return 127;
+    case Failure::kTimeLimitExceeded:
+      return 124;
+    case Failure::kCancelled:
+      return 125;
     case Failure::kNone:
-    case Failure::kHandlerError: return 1;
+    case Failure::kHandlerError:
+      return 1;
   }
   return 1;
 }
 
 std::string JobOutcome::ToString() const {
   switch (kind) {
-    case Kind::kExited: return absl::StrCat("exited with code ", code);
+    case Kind::kExited:
+      return absl::StrCat("exited with code ", code);
     case Kind::kSignaled:
-      return absl::StrCat("killed by signal ", signal, " (", strsignal(signal),
+      return absl::StrCat("killed by signal ", signal, " (",
+                          sigdescr_np(signal) != nullptr ? sigdescr_np(signal)
+                                                         : "unknown signal",
                           ")");
-    case Kind::kFailed: break;
+    case Kind::kFailed:
+      break;
   }
-  return absl::StrCat("failed: ", std::string(FailureName(failure)), ": ", message);
+  return absl::StrCat("failed: ", std::string(FailureName(failure)), ": ",
+                      message);
 }
 
 std::string_view FailureName(JobOutcome::Failure failure) {
   using F = JobOutcome::Failure;
   switch (failure) {
-    case F::kNone: return "NONE";
-    case F::kStartFailed: return "START_FAILED";
-    case F::kCancelled: return "CANCELLED";
-    case F::kTimeLimitExceeded: return "TIME_LIMIT_EXCEEDED";
-    case F::kHandlerError: return "HANDLER_ERROR";
+    case F::kNone:
+      return "NONE";
+    case F::kStartFailed:
+      return "START_FAILED";
+    case F::kCancelled:
+      return "CANCELLED";
+    case F::kTimeLimitExceeded:
+      return "TIME_LIMIT_EXCEEDED";
+    case F::kHandlerError:
+      return "HANDLER_ERROR";
   }
   return "UNKNOWN";
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/errno_text.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -64,7 +65,7 @@ void JobThreads::Loop() {
     const int current = getpriority(PRIO_PROCESS, 0);
     if (errno != 0 || setpriority(PRIO_PROCESS, 0, current + nice_) != 0) {
       spdlog::warn("job thread: cannot add {} to its nice value: {}", nice_,
-                   std::strerror(errno));
+                   ErrnoText(errno));
     }
   }
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

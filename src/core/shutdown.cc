@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/errno_text.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -25,18 +26,24 @@ struct ShutdownState {
 
 std::string_view SignalName(int signo) {
   switch (signo) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
   }
   return "a signal";
 }
 
 std::string_view StopCauseName(StopCause cause) {
   switch (cause) {
-    case StopCause::kNone: return "none";
-    case StopCause::kRequested: return "requested";
-    case StopCause::kSignal: return "signal";
-    case StopCause::kStopRpc: return "stop rpc";
+    case StopCause::kNone:
+      return "none";
+    case StopCause::kRequested:
+      return "requested";
+    case StopCause::kSignal:
+      return "signal";
+    case StopCause::kStopRpc:
+      return "stop rpc";
   }
   return "unknown";
 }
@@ -47,7 +54,8 @@ absl::Status BlockStopSignals() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   if (int err = pthread_sigmask(SIG_BLOCK, &signals, nullptr); err != 0) {
-    return absl::InternalError(absl::StrCat("pthread_sigmask: ", strerror(err)));
+    return absl::InternalError(
+        absl::StrCat("pthread_sigmask: ", ErrnoText(err)));
   }
   return absl::OkStatus();
 }
@@ -108,7 +116,7 @@ absl::Status Shutdown::ListenForSignals(
   signal_fd_ = signalfd(-1, &signals, SFD_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC);
   if (signal_fd_ < 0 || wake_fd_ < 0) {
-    return absl::InternalError(absl::StrCat("signalfd: ", strerror(errno)));
+    return absl::InternalError(absl::StrCat("signalfd: ", ErrnoText(errno)));
   }
   signal_thread_ = std::thread([this, on_signal = std::move(on_signal)] {
     int count = 0;
@@ -116,7 +124,7 @@ absl::Status Shutdown::ListenForSignals(
     while (true) {
       if (poll(fds, 2, -1) < 0) {
         if (errno == EINTR) continue;
-        spdlog::error("signal listener: poll: {}", strerror(errno));
+        spdlog::error("signal listener: poll: {}", ErrnoText(errno));
         return;
       }
       if (fds[1].revents != 0) return;

@@ -7,8 +7,8 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
 #include "core/job_threads.h"
+#include "core/log.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -45,8 +45,8 @@ Worker::Worker(WorkerOptions options, const Clock& clock)
     : options_(options),
       docket_(clock, options.max_concurrent_tasks),
       drain_thread_([this] { Drain(); }),
-      threads_(std::make_unique<JobThreads>(docket_.capacity(),
-                                            options.job_nice)) {}
+      threads_(
+          std::make_unique<JobThreads>(docket_.capacity(), options.job_nice)) {}
 
 Worker::~Worker() {
   {
@@ -123,9 +123,9 @@ void Worker::Run(std::shared_ptr<Job> job, const JobHandler* handler) {
             {"kind", request.kind},
             {"outcome", outcome.kind == JobOutcome::Kind::kFailed
                             ? std::string(FailureName(outcome.failure))
-                            : outcome.kind == JobOutcome::Kind::kSignaled
-                                ? std::string("SIGNALED")
-                                : std::string("EXITED")}});
+                        : outcome.kind == JobOutcome::Kind::kSignaled
+                            ? std::string("SIGNALED")
+                            : std::string("EXITED")}});
   job->OnOutcome(outcome);
   ReleaseJob(job.get());
 }
@@ -213,15 +213,17 @@ DrainReport Worker::Report() const {
 
 std::optional<DrainReport> Worker::WaitDrainedUntil(TimePoint deadline) {
   absl::MutexLock lock(&mu_);
-  if (!changed_.AwaitUntil(mu_, deadline, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return drained_;
-      })) {
+  if (!changed_.AwaitUntil(
+          mu_, deadline,
+          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return drained_; })) {
     return std::nullopt;
   }
   return Report();
 }
 
-DrainReport Worker::WaitDrained() { return *WaitDrainedUntil(TimePoint::max()); }
+DrainReport Worker::WaitDrained() {
+  return *WaitDrainedUntil(TimePoint::max());
+}
 
 StopSummary Worker::Stop(Duration grace) {
   RequestStop({.source = "Stop()", .grace = grace});

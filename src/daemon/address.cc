@@ -31,7 +31,8 @@ bool IsLoopbackHost(std::string_view host) {
     return (ntohl(v4.s_addr) >> 24) == 127;
   }
   in6_addr v6{};
-  return inet_pton(AF_INET6, std::string(Unbracketed(host)).c_str(), &v6) == 1 &&
+  return inet_pton(AF_INET6, std::string(Unbracketed(host)).c_str(), &v6) ==
+             1 &&
          IN6_IS_ADDR_LOOPBACK(&v6);
 }
 

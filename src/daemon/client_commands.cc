@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/backoff.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
+#include "daemon/backoff.h"
 #include "daemon/commands.h"
 #include "spdlog/spdlog.h"
 
@@ -37,8 +37,8 @@ std::string_view WhatItMeans(ErrorKind kind) {
 // Fail reports a failed call in one line and returns its exit code.
 int Fail(Rpc rpc, std::string_view address, const absl::Status& status) {
   const ErrorKind kind = ClassifyError(rpc, status);
-  std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind)
-            << " (" << absl::StatusCodeToString(status.code())
+  std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind) << " ("
+            << absl::StatusCodeToString(status.code())
             << "): " << status.message() << WhatItMeans(kind) << "\n";
   return ExitCodeFor(kind);
 }
@@ -90,7 +90,8 @@ void WriteAll(int fd, std::string_view data) {
 
 int RunIdle(const ClientOptions& options) {
   auto connection = Connect(options);
-  if (!connection.ok()) return Fail(Rpc::kIdle, options.address, connection.status());
+  if (!connection.ok())
+    return Fail(Rpc::kIdle, options.address, connection.status());
   absl::StatusOr<double> idle = WithRetries(options, Rpc::kIdle, [&] {
     return (*connection)->IdleTime(options.timeout);
   });
@@ -101,7 +102,8 @@ int RunIdle(const ClientOptions& options) {
 
 int RunHealth(const ClientOptions& options) {
   auto connection = Connect(options);
-  if (!connection.ok()) return Fail(Rpc::kHealth, options.address, connection.status());
+  if (!connection.ok())
+    return Fail(Rpc::kHealth, options.address, connection.status());
   absl::StatusOr<WorkerConnection::ServingStatus> status =
       WithRetries(options, Rpc::kHealth,
                   [&] { return (*connection)->Health(options.timeout); });
@@ -122,7 +124,8 @@ int RunHealth(const ClientOptions& options) {
 
 int RunStop(const ClientOptions& options, double grace_seconds) {
   auto connection = Connect(options);
-  if (!connection.ok()) return Fail(Rpc::kStop, options.address, connection.status());
+  if (!connection.ok())
+    return Fail(Rpc::kStop, options.address, connection.status());
   const Duration grace =
       grace_seconds < 0 ? Duration(-1) : ToDuration(Seconds(grace_seconds));
   absl::StatusOr<StopSummary> summary = WithRetries(options, Rpc::kStop, [&] {
@@ -136,20 +139,22 @@ int RunStop(const ClientOptions& options, double grace_seconds) {
 
 int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   JobRequest request;
-  request.job_id = dispatch.job_id.empty()
-                       ? absl::StrCat("cli-", getpid(), "-",
-                                      std::chrono::system_clock::now()
-                                          .time_since_epoch()
-                                          .count())
-                       : dispatch.job_id;
+  request.job_id =
+      dispatch.job_id.empty()
+          ? absl::StrCat(
+                "cli-", getpid(), "-",
+                std::chrono::system_clock::now().time_since_epoch().count())
+          : dispatch.job_id;
   request.kind = "exec";
   MutableExec(request).argv = dispatch.argv;
   MutableExec(request).env = dispatch.env;
   MutableExec(request).cwd = dispatch.cwd;
-  MutableExec(request).time_limit = ToDuration(Seconds(dispatch.time_limit_seconds));
+  MutableExec(request).time_limit =
+      ToDuration(Seconds(dispatch.time_limit_seconds));
   if (dispatch.read_stdin && !isatty(STDIN_FILENO)) {
-    MutableExec(request).stdin_data.assign(std::istreambuf_iterator<char>(std::cin),
-                                   std::istreambuf_iterator<char>());
+    MutableExec(request).stdin_data.assign(
+        std::istreambuf_iterator<char>(std::cin),
+        std::istreambuf_iterator<char>());
   }
   auto connection = Connect(options);
   if (!connection.ok()) {
@@ -165,7 +170,8 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   absl::StatusOr<JobOutcome> outcome = WithRetries(
       options, Rpc::kDispatch,
       [&] { return (*connection)->Dispatch(request, callbacks, timeout); });
-  if (!outcome.ok()) return Fail(Rpc::kDispatch, options.address, outcome.status());
+  if (!outcome.ok())
+    return Fail(Rpc::kDispatch, options.address, outcome.status());
   if (outcome->kind == JobOutcome::Kind::kFailed) {
     std::cerr << "cfdb-worker: job " << request.job_id << " "
               << outcome->ToString() << "\n";

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "cfdb/worker/clock.h"
-#include "daemon/config.h"
 #include "cfdb/worker/credentials.h"
+#include "daemon/config.h"
 
 namespace cfdb::worker::cli {
 

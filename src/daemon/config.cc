@@ -21,16 +21,17 @@ namespace knob {
 
 const Knob kHost{"--host", "CFDB_WORKER_HOST", "127.0.0.1", "HOST",
                  "address to listen on (0.0.0.0 for all IPv4 interfaces)"};
-const Knob kPort{"--port", "CFDB_WORKER_PORT", "50051", "PORT",
-                 "port to listen on, 0..65535 (0: pick a free port and log it)"};
-const Knob kIdleTimeout{"--idle-timeout-seconds",
-                        "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
-                        Fallback(kDefaultIdleTimeoutSeconds), "SECONDS",
-                        "retire the worker after this long idle, >= 0 (0: never)"};
+const Knob kPort{
+    "--port", "CFDB_WORKER_PORT", "50051", "PORT",
+    "port to listen on, 0..65535 (0: pick a free port and log it)"};
+const Knob kIdleTimeout{
+    "--idle-timeout-seconds", "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
+    Fallback(kDefaultIdleTimeoutSeconds), "SECONDS",
+    "retire the worker after this long idle, >= 0 (0: never)"};
 const Knob kIdlePollInterval{"--idle-poll-interval-seconds",
                              "CFDB_WORKER_IDLE_POLL_INTERVAL_SECONDS",
-                             Fallback(kDefaultIdlePollIntervalSeconds), "SECONDS",
-                             "time between idle polls, > 0"};
+                             Fallback(kDefaultIdlePollIntervalSeconds),
+                             "SECONDS", "time between idle polls, > 0"};
 const Knob kIdlePollDeadline{
     "--idle-poll-deadline-seconds", "CFDB_WORKER_IDLE_POLL_DEADLINE_SECONDS",
     Fallback(kDefaultIdlePollDeadlineSeconds), "SECONDS",
@@ -40,10 +41,10 @@ const Knob kIdlePollFailureLimit{
     "--idle-poll-failure-limit", "CFDB_WORKER_IDLE_POLL_FAILURE_LIMIT",
     absl::StrCat(kDefaultIdlePollFailureLimit), "COUNT",
     "stop polling after this many failed polls in a row, >= 1"};
-const Knob kMaxLifetime{"--max-lifetime-seconds",
-                        "CFDB_WORKER_MAX_LIFETIME_SECONDS",
-                        Fallback(kDefaultMaxLifetimeSeconds), "SECONDS",
-                        "retire the worker this long after start, >= 0 (0: never)"};
+const Knob kMaxLifetime{
+    "--max-lifetime-seconds", "CFDB_WORKER_MAX_LIFETIME_SECONDS",
+    Fallback(kDefaultMaxLifetimeSeconds), "SECONDS",
+    "retire the worker this long after start, >= 0 (0: never)"};
 const Knob kMaxLifetimeGrace{
     "--max-lifetime-grace-seconds", "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
     Fallback(kDefaultMaxLifetimeGraceSeconds), "SECONDS",
@@ -55,23 +56,28 @@ const Knob kSignalGrace{
 const Knob kMaxConcurrentTasks{
     "--max-concurrent-tasks", "CFDB_WORKER_MAX_CONCURRENT_TASKS", "", "COUNT",
     "most jobs in flight at once, >= 1 (default: number of CPUs)"};
-const Knob kTaskKillGrace{"--task-kill-grace-seconds",
-                          "CFDB_WORKER_TASK_KILL_GRACE_SECONDS", "10", "SECONDS",
-                          "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"};
+const Knob kTaskKillGrace{
+    "--task-kill-grace-seconds", "CFDB_WORKER_TASK_KILL_GRACE_SECONDS", "10",
+    "SECONDS", "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"};
 const Knob kJobNice{"--job-nice", "CFDB_WORKER_JOB_NICE",
                     absl::StrCat(WorkerOptions{}.job_nice), "NICE",
                     "added to the nice value of jobs, 0..19, so Idle, Stop and "
                     "health answers get the CPU first"};
 const Knob kLogLevel{"--log-level", "CFDB_WORKER_LOG_LEVEL", "info", "LEVEL",
                      "trace, debug, info, warn, error, critical or off"};
-const Knob kLogFormat{"--log-format", "CFDB_WORKER_LOG_FORMAT", "text", "FORMAT",
-                      "text, or json: one JSON object per line (for CloudWatch)"};
-const Knob kAllowInsecure{"--allow-insecure", "CFDB_WORKER_ALLOW_INSECURE",
-                          "false", "",
-                          "allow plaintext on a non-loopback address", true};
+const Knob kLogFormat{
+    "--log-format", "CFDB_WORKER_LOG_FORMAT", "text", "FORMAT",
+    "text, or json: one JSON object per line (for CloudWatch)"};
+const Knob kAllowInsecure{"--allow-insecure",
+                          "CFDB_WORKER_ALLOW_INSECURE",
+                          "false",
+                          "",
+                          "allow plaintext on a non-loopback address",
+                          true};
 
-const Knob kTlsCa{"--tls-ca", "CFDB_WORKER_TLS_CA", "", "PATH",
-                  "PEM file of the CA that signs workers and clients (mutual TLS)"};
+const Knob kTlsCa{
+    "--tls-ca", "CFDB_WORKER_TLS_CA", "", "PATH",
+    "PEM file of the CA that signs workers and clients (mutual TLS)"};
 const Knob kTlsCert{"--tls-cert", "CFDB_WORKER_TLS_CERT", "", "PATH",
                     "PEM certificate chain this side presents"};
 const Knob kTlsKey{"--tls-key", "CFDB_WORKER_TLS_KEY", "", "PATH",
@@ -121,7 +127,8 @@ class Resolver {
   }
 
   // Seconds parses a finite number of seconds; negative only if allowed.
-  absl::StatusOr<Duration> Seconds(const Knob& knob, bool allow_negative) const {
+  absl::StatusOr<Duration> Seconds(const Knob& knob,
+                                   bool allow_negative) const {
     const Setting s = Get(knob);
     double value = 0;
     if (!absl::SimpleAtod(s.text, &value)) return Bad(s, "is not a number");
@@ -133,7 +140,8 @@ class Resolver {
   absl::StatusOr<bool> Switch(const Knob& knob) const {
     const Setting s = Get(knob);
     bool value = false;
-    if (!absl::SimpleAtob(s.text, &value)) return Bad(s, "is not true or false");
+    if (!absl::SimpleAtob(s.text, &value))
+      return Bad(s, "is not true or false");
     return value;
   }
 
@@ -141,7 +149,8 @@ class Resolver {
                                   int64_t max) const {
     const Setting s = Get(knob);
     int64_t value = 0;
-    if (!absl::SimpleAtoi(s.text, &value)) return Bad(s, "is not a whole number");
+    if (!absl::SimpleAtoi(s.text, &value))
+      return Bad(s, "is not a whole number");
     if (value < min || value > max) {
       return Bad(s, absl::StrCat("is outside ", min, "..", max));
     }
@@ -177,7 +186,8 @@ absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
   CFDB_ASSIGN(options.idle_poll_interval,
               r.Seconds(knob::kIdlePollInterval, false));
   if (options.idle_poll_interval <= Duration::zero()) {
-    return Resolver::Bad(r.Get(knob::kIdlePollInterval), "must be greater than 0");
+    return Resolver::Bad(r.Get(knob::kIdlePollInterval),
+                         "must be greater than 0");
   }
   CFDB_ASSIGN(options.idle_poll_deadline,
               r.Seconds(knob::kIdlePollDeadline, false));
@@ -196,7 +206,8 @@ absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
   CFDB_ASSIGN(options.idle_poll_failure_limit,
               r.Integer(knob::kIdlePollFailureLimit, 1, 1'000'000));
   CFDB_ASSIGN(options.max_lifetime, r.Seconds(knob::kMaxLifetime, false));
-  CFDB_ASSIGN(options.max_lifetime_grace, r.Seconds(knob::kMaxLifetimeGrace, true));
+  CFDB_ASSIGN(options.max_lifetime_grace,
+              r.Seconds(knob::kMaxLifetimeGrace, true));
   CFDB_ASSIGN(options.signal_grace, r.Seconds(knob::kSignalGrace, true));
   return absl::OkStatus();
 }
@@ -236,12 +247,26 @@ absl::Status ResolveLogging(const Resolver& r, ServeConfig& c) {
 
 std::span<const Knob* const> ServeKnobs() {
   using namespace knob;  // NOLINT: the table below names every knob
-  static const Knob* const kAll[] = {
-      &kHost,         &kPort,           &kIdleTimeout,         &kIdlePollInterval,
-      &kIdlePollDeadline, &kIdlePollFailureLimit, &kMaxLifetime, &kMaxLifetimeGrace,
-      &kSignalGrace,  &kMaxConcurrentTasks, &kTaskKillGrace,   &kJobNice,
-      &kLogLevel,     &kLogFormat,      &kAllowInsecure,       &kTlsCa,
-      &kTlsCert,      &kTlsKey,         &kTlsIdentity,         &kTlsRefreshInterval};
+  static const Knob* const kAll[] = {&kHost,
+                                     &kPort,
+                                     &kIdleTimeout,
+                                     &kIdlePollInterval,
+                                     &kIdlePollDeadline,
+                                     &kIdlePollFailureLimit,
+                                     &kMaxLifetime,
+                                     &kMaxLifetimeGrace,
+                                     &kSignalGrace,
+                                     &kMaxConcurrentTasks,
+                                     &kTaskKillGrace,
+                                     &kJobNice,
+                                     &kLogLevel,
+                                     &kLogFormat,
+                                     &kAllowInsecure,
+                                     &kTlsCa,
+                                     &kTlsCert,
+                                     &kTlsKey,
+                                     &kTlsIdentity,
+                                     &kTlsRefreshInterval};
   return kAll;
 }
 
@@ -266,14 +291,15 @@ absl::StatusOr<Credentials> ResolveCredentials(const FlagValues& flags,
   TlsSettings tls;
   auto file = [&r](const Knob& knob) {
     const Setting s = r.Get(knob);
-    return TlsSettings::File{s.text, s.explicit_value ? s.source
-                                                      : std::string(knob.flag)};
+    return TlsSettings::File{
+        s.text, s.explicit_value ? s.source : std::string(knob.flag)};
   };
   tls.ca = file(knob::kTlsCa);
   tls.cert = file(knob::kTlsCert);
   tls.key = file(knob::kTlsKey);
   tls.identity = r.Get(knob::kTlsIdentity).text;
-  CFDB_ASSIGN(tls.refresh_interval, r.Seconds(knob::kTlsRefreshInterval, false));
+  CFDB_ASSIGN(tls.refresh_interval,
+              r.Seconds(knob::kTlsRefreshInterval, false));
   return MakeCredentials(tls);
 }
 

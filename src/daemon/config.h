@@ -28,7 +28,7 @@ struct Knob {
   std::string fallback;       // default, as text ("" = computed or unset)
   std::string_view type;      // e.g. "SECONDS", "PORT", "PATH"
   std::string_view help;
-  bool is_switch = false;     // a flag without a value ("true" when given)
+  bool is_switch = false;  // a flag without a value ("true" when given)
 };
 
 // The knobs, one object each, so that a knob that does not exist cannot be

@@ -86,8 +86,9 @@ absl::Status SetUpLogging(std::string_view level, LogFormat format) {
   SetStructuredLogging(format == LogFormat::kJson);
   spdlog::set_default_logger(std::move(logger));
   gpr_set_log_function(GrpcLog);
-  gpr_set_log_verbosity(parsed <= spdlog::level::debug ? GPR_LOG_SEVERITY_DEBUG
-                                                        : GPR_LOG_SEVERITY_ERROR);
+  gpr_set_log_verbosity(parsed <= spdlog::level::debug
+                            ? GPR_LOG_SEVERITY_DEBUG
+                            : GPR_LOG_SEVERITY_ERROR);
   return absl::OkStatus();
 }
 

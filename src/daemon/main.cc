@@ -33,8 +33,10 @@ class KnobOptions {
       switches_.emplace_back(false);
       CLI::Option* option =
           knob->is_switch
-              ? command_->add_flag(std::string(knob->flag), switches_.back(), help)
-              : command_->add_option(std::string(knob->flag), values_.back(), help)
+              ? command_->add_flag(std::string(knob->flag), switches_.back(),
+                                   help)
+              : command_
+                    ->add_option(std::string(knob->flag), values_.back(), help)
                     ->type_name(std::string(knob->type));
       knobs_.push_back({knob, option, &values_.back(), &switches_.back()});
     }
@@ -123,7 +125,8 @@ struct DispatchFlags {
       job.env[entry.substr(0, eq)] = entry.substr(eq + 1);
     }
     if (!std::isfinite(job.time_limit_seconds) || job.time_limit_seconds < 0) {
-      std::cerr << "cfdb-worker dispatch: --time-limit: must be a number >= 0\n";
+      std::cerr
+          << "cfdb-worker dispatch: --time-limit: must be a number >= 0\n";
       return false;
     }
     job.read_stdin = !no_stdin;
@@ -182,8 +185,9 @@ int main(int argc, char** argv) {
   Client health(app, "health",
                 "exit 0 only if the worker's gRPC health check says SERVING",
                 "deadline in seconds (default 5)");
-  Client stop(app, "stop", "stop a worker with a drain grace",
-              "deadline in seconds (default: grace + 60, or 1 day when grace < 0)");
+  Client stop(
+      app, "stop", "stop a worker with a drain grace",
+      "deadline in seconds (default: grace + 60, or 1 day when grace < 0)");
   double grace_seconds = 0;
   stop.command
       ->add_option("--grace", grace_seconds,

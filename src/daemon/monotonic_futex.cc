@@ -46,11 +46,14 @@ timespec MonotonicDeadline(const timespec& deadline) {
   timespec wall{}, now{};
   clock_gettime(CLOCK_REALTIME, &wall);
   clock_gettime(CLOCK_MONOTONIC, &now);
-  long long left = (static_cast<long long>(deadline.tv_sec) - wall.tv_sec) * kNanos +
-                   (deadline.tv_nsec - wall.tv_nsec);
+  long long left =
+      (static_cast<long long>(deadline.tv_sec) - wall.tv_sec) * kNanos +
+      (deadline.tv_nsec - wall.tv_nsec);
   if (left < 0) left = 0;
-  const long long end = static_cast<long long>(now.tv_sec) * kNanos + now.tv_nsec + left;
-  return timespec{static_cast<time_t>(end / kNanos), static_cast<long>(end % kNanos)};
+  const long long end =
+      static_cast<long long>(now.tv_sec) * kNanos + now.tv_nsec + left;
+  return timespec{static_cast<time_t>(end / kNanos),
+                  static_cast<long>(end % kNanos)};
 }
 
 }  // namespace
@@ -65,7 +68,8 @@ extern "C" long syscall(long number, ...) {
   va_end(list);
   if (number == SYS_futex && a[3] != 0) {
     const int op = static_cast<int>(a[1]);
-    if ((op & FUTEX_CMD_MASK) == FUTEX_WAIT_BITSET && (op & FUTEX_CLOCK_REALTIME)) {
+    if ((op & FUTEX_CMD_MASK) == FUTEX_WAIT_BITSET &&
+        (op & FUTEX_CLOCK_REALTIME)) {
       const timespec deadline =
           MonotonicDeadline(*reinterpret_cast<const timespec*>(a[3]));
       return LibcSyscall()(number, a[0], op & ~FUTEX_CLOCK_REALTIME, a[2],

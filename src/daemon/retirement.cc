@@ -12,18 +12,23 @@ namespace cfdb::worker {
 
 std::string_view ExitReasonName(ExitReason reason) {
   switch (reason) {
-    case ExitReason::kIdle: return "idle";
-    case ExitReason::kMaxLifetime: return "max lifetime";
-    case ExitReason::kSignal: return "signal";
-    case ExitReason::kStopRpc: return "stop rpc";
-    case ExitReason::kRequested: return "requested";
+    case ExitReason::kIdle:
+      return "idle";
+    case ExitReason::kMaxLifetime:
+      return "max lifetime";
+    case ExitReason::kSignal:
+      return "signal";
+    case ExitReason::kStopRpc:
+      return "stop rpc";
+    case ExitReason::kRequested:
+      return "requested";
   }
   return "unknown";
 }
 
-RetirementPolicy::RetirementPolicy(RetirementOptions options, const Clock& clock,
-                                   Watcher watcher, ConnectionFactory connect,
-                                   Stopper stop)
+RetirementPolicy::RetirementPolicy(RetirementOptions options,
+                                   const Clock& clock, Watcher watcher,
+                                   ConnectionFactory connect, Stopper stop)
     : options_(options),
       clock_(clock),
       watcher_(std::move(watcher)),
@@ -61,10 +66,9 @@ RetirementPolicy::Poll RetirementPolicy::PollOnce(TimePoint now,
 
 void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status) {
   const ErrorKind kind = ClassifyError(Rpc::kIdle, status);
-  const std::string what =
-      absl::StrCat(std::string(ErrorKindName(kind)), " (",
-                   absl::StatusCodeToString(status.code()), ": ",
-                   status.message(), ")");
+  const std::string what = absl::StrCat(std::string(ErrorKindName(kind)), " (",
+                                        absl::StatusCodeToString(status.code()),
+                                        ": ", status.message(), ")");
   const std::initializer_list<LogField> fields = {
       {"failure_kind", ErrorKindName(kind)},
       {"grpc_code", absl::StatusCodeToString(status.code())}};
@@ -88,12 +92,13 @@ void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status) {
     polling_ = false;
     return;
   }
-  LogEvent(spdlog::level::warn,
-           absl::StrCat("idle poll failed (", consecutive_failures_, " of ",
-                        options_.idle_poll_failure_limit, " in a row): ", what,
-                        "; retrying in ", ToSeconds(options_.idle_poll_interval),
-                        " s; ", RemainingBound(now)),
-           fields);
+  LogEvent(
+      spdlog::level::warn,
+      absl::StrCat("idle poll failed (", consecutive_failures_, " of ",
+                   options_.idle_poll_failure_limit, " in a row): ", what,
+                   "; retrying in ", ToSeconds(options_.idle_poll_interval),
+                   " s; ", RemainingBound(now)),
+      fields);
 }
 
 std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
@@ -104,11 +109,11 @@ std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
                       .grace = options_.max_lifetime_grace};
   }
   if (const StopCause cause = watcher_.cause(); cause != StopCause::kNone) {
-    return Retirement{.reason = cause == StopCause::kSignal ? ExitReason::kSignal
-                                : cause == StopCause::kStopRpc
-                                    ? ExitReason::kStopRpc
-                                    : ExitReason::kRequested,
-                      .grace = options_.signal_grace};
+    return Retirement{
+        .reason = cause == StopCause::kSignal    ? ExitReason::kSignal
+                  : cause == StopCause::kStopRpc ? ExitReason::kStopRpc
+                                                 : ExitReason::kRequested,
+        .grace = options_.signal_grace};
   }
   if (polling_ && now >= *next_poll &&
       PollOnce(now, next_poll) == Poll::kIdleExit) {
@@ -126,9 +131,10 @@ Retirement RetirementPolicy::Run() {
       source_ = *std::move(source);
       polling_ = true;
     } else {
-      spdlog::error("idle poll: cannot connect to the worker: {}; idle polling "
-                    "disabled; {}",
-                    source.status().ToString(), RemainingBound(start_));
+      spdlog::error(
+          "idle poll: cannot connect to the worker: {}; idle polling "
+          "disabled; {}",
+          source.status().ToString(), RemainingBound(start_));
     }
   }
   // A worker is idle from startup, so the first poll comes no later than the

@@ -20,16 +20,18 @@ class SelfPoll final : public IdleSource {
   absl::StatusOr<double> IdleTime(Duration timeout) override {
     absl::StatusOr<double> idle = connection_->IdleTime(timeout);
     if (idle.ok() || !hint_loopback_san_ ||
-        ClassifyError(Rpc::kIdle, idle.status()) != ErrorKind::kHandshakeError) {
+        ClassifyError(Rpc::kIdle, idle.status()) !=
+            ErrorKind::kHandshakeError) {
       return idle;
     }
     return absl::Status(
         idle.status().code(),
-        absl::StrCat(idle.status().message(),
-                     " -- likely cause: the worker's certificate has no SAN for ",
-                     connection_->target(),
-                     "'s host; set --tls-identity to a name the certificate "
-                     "has, or add the loopback SAN"));
+        absl::StrCat(
+            idle.status().message(),
+            " -- likely cause: the worker's certificate has no SAN for ",
+            connection_->target(),
+            "'s host; set --tls-identity to a name the certificate "
+            "has, or add the loopback SAN"));
   }
   absl::Status Close() override { return connection_->Close(); }
 
@@ -42,8 +44,8 @@ class SelfPoll final : public IdleSource {
 
 RetirementPolicy::ConnectionFactory SelfPollFactory(std::string host, int port,
                                                     Credentials credentials) {
-  return [host = std::move(host), port, credentials]()
-             -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+  return [host = std::move(host), port,
+          credentials]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
     auto connection =
         WorkerConnection::Open(LoopbackTarget(host, port), credentials);
     if (!connection.ok()) return connection.status();

@@ -6,16 +6,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/address.h"
-#include "daemon/config.h"
 #include "cfdb/worker/exec.h"
-#include "core/log.h"
-#include "daemon/retirement.h"
-#include "daemon/self_poll.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/worker.h"
+#include "core/log.h"
+#include "daemon/address.h"
 #include "daemon/commands.h"
+#include "daemon/config.h"
+#include "daemon/retirement.h"
+#include "daemon/self_poll.h"
 #include "exec/job_guard.h"
 #include "exec/orphans.h"
 #include "spdlog/spdlog.h"
@@ -37,8 +37,8 @@ void OnSignal(Worker& worker, Duration signal_grace, int signo, int count) {
     return;
   }
   spdlog::warn("signal {} during the drain: cancelling what is left", count);
-  worker.RequestStop({.source = absl::StrCat(name, " again"),
-                      .grace = Duration::zero()});
+  worker.RequestStop(
+      {.source = absl::StrCat(name, " again"), .grace = Duration::zero()});
 }
 
 // AwaitDrain waits for the worker's drain to end. A drain begun by a signal
@@ -51,9 +51,9 @@ DrainReport AwaitDrain(Worker& worker, const RetirementPolicy& policy,
       return *report;
     }
     spdlog::info("max lifetime reached during the drain");
-    worker.RequestStop({.source = std::string(ExitReasonName(
-                            ExitReason::kMaxLifetime)),
-                        .grace = lifetime_grace});
+    worker.RequestStop(
+        {.source = std::string(ExitReasonName(ExitReason::kMaxLifetime)),
+         .grace = lifetime_grace});
   }
   return worker.WaitDrained();
 }
@@ -121,19 +121,22 @@ int RunServe(const ServeConfig& config) {
     return kExitRuntimeFailure;
   }
   if (credentials.kind == Credentials::Kind::kInsecure) {
-    spdlog::warn("serving without TLS: any client that can reach {} may run "
-                 "programs here", JoinHostPort(config.host, (*server)->port()));
+    spdlog::warn(
+        "serving without TLS: any client that can reach {} may run "
+        "programs here",
+        JoinHostPort(config.host, (*server)->port()));
   }
   const int port = (*server)->port();
-  LogEvent(spdlog::level::info,
-           absl::StrCat("listening on ", JoinHostPort(config.host, port),
-                        " (pid ", getpid(), ")"),
-           {{"address", JoinHostPort(config.host, port)},
-            {"pid", static_cast<int64_t>(getpid())},
-            {"tls", credentials.kind == Credentials::Kind::kMutualTls},
-            {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
-            {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
-            {"max_lifetime_seconds", ToSeconds(config.retirement.max_lifetime)}});
+  LogEvent(
+      spdlog::level::info,
+      absl::StrCat("listening on ", JoinHostPort(config.host, port), " (pid ",
+                   getpid(), ")"),
+      {{"address", JoinHostPort(config.host, port)},
+       {"pid", static_cast<int64_t>(getpid())},
+       {"tls", credentials.kind == Credentials::Kind::kMutualTls},
+       {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
+       {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
+       {"max_lifetime_seconds", ToSeconds(config.retirement.max_lifetime)}});
 
   RetirementPolicy policy(config.retirement, SteadyClock::Get(),
                           shutdown.watcher(),

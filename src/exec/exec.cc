@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/errno_text.h"
 #include "exec/job_pids.h"
 
 namespace cfdb::worker {
@@ -309,9 +310,12 @@ class RunningProgram {
         continue;
       }
       switch (ctx_.Emit(o.stream, o.pending, NextTimer())) {
-        case JobContext::EmitResult::kTimedOut: return false;
+        case JobContext::EmitResult::kTimedOut:
+          return false;
         case JobContext::EmitResult::kSent:
-        case JobContext::EmitResult::kDropped: o.pending.clear(); break;
+        case JobContext::EmitResult::kDropped:
+          o.pending.clear();
+          break;
       }
     }
     return true;
@@ -354,8 +358,8 @@ class RunningProgram {
 
     TimePoint wake = NextTimer();
     if (!pidfd_) {
-      wake = std::min(wake, std::chrono::steady_clock::now() +
-                                kExitCheckInterval);
+      wake =
+          std::min(wake, std::chrono::steady_clock::now() + kExitCheckInterval);
     }
     int timeout_ms = -1;
     if (wake != TimePoint::max()) {
@@ -422,9 +426,8 @@ class RunningProgram {
                             ? "time limit exceeded"
                             : "cancelled";
       return JobOutcome::Failed(
-          *cancel_reason_,
-          absl::StrCat(why, "; the process group got SIGTERM",
-                       killed_ ? " and then SIGKILL" : ""));
+          *cancel_reason_, absl::StrCat(why, "; the process group got SIGTERM",
+                                        killed_ ? " and then SIGKILL" : ""));
     }
     if (WIFSIGNALED(status_)) return JobOutcome::Signaled(WTERMSIG(status_));
     return JobOutcome::Exited(WEXITSTATUS(status_));
@@ -450,7 +453,8 @@ class RunningProgram {
 JobOutcome RunExec(JobContext& ctx) {
   const ExecSpec* found = FindExec(ctx.request());
   if (found == nullptr) {
-    return JobOutcome::Failed(Failure::kStartFailed, "no ExecSpec in the request");
+    return JobOutcome::Failed(Failure::kStartFailed,
+                              "no ExecSpec in the request");
   }
   const ExecSpec& spec = *found;
   sigset_t pipe_set;
@@ -460,10 +464,11 @@ JobOutcome RunExec(JobContext& ctx) {
 
   if (!spec.cwd.empty()) {
     struct stat st;
-    const char* problem = stat(spec.cwd.c_str(), &st) != 0 ? strerror(errno)
-                          : !S_ISDIR(st.st_mode)           ? "not a directory"
-                                                           : nullptr;
-    if (problem != nullptr) {
+    const std::string problem = stat(spec.cwd.c_str(), &st) != 0
+                                    ? ErrnoText(errno)
+                                : !S_ISDIR(st.st_mode) ? "not a directory"
+                                                       : "";
+    if (!problem.empty()) {
       return JobOutcome::Failed(
           Failure::kStartFailed,
           absl::StrCat("working directory ", spec.cwd, ": ", problem));
@@ -472,13 +477,14 @@ JobOutcome RunExec(JobContext& ctx) {
   std::optional<Pipe> in = MakePipe(), out = MakePipe(), err = MakePipe();
   if (!in || !out || !err) {
     return JobOutcome::Failed(Failure::kStartFailed,
-                              absl::StrCat("pipe: ", strerror(errno)));
+                              absl::StrCat("pipe: ", ErrnoText(errno)));
   }
-  auto [pid, error] = Spawn(spec, in->read.get(), out->write.get(),
-                             err->write.get());
+  auto [pid, error] =
+      Spawn(spec, in->read.get(), out->write.get(), err->write.get());
   if (error != 0) {
-    return JobOutcome::Failed(Failure::kStartFailed,
-                              absl::StrCat(spec.argv[0], ": ", strerror(error)));
+    return JobOutcome::Failed(
+        Failure::kStartFailed,
+        absl::StrCat(spec.argv[0], ": ", ErrnoText(error)));
   }
   in->read.Reset();
   out->write.Reset();

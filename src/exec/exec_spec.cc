@@ -20,7 +20,8 @@ const ExecSpec* FindExec(const JobRequest& request) {
 }
 
 ExecSpec& MutableExec(JobRequest& request) {
-  if (std::any_cast<ExecSpec>(&request.spec) == nullptr) request.spec = ExecSpec{};
+  if (std::any_cast<ExecSpec>(&request.spec) == nullptr)
+    request.spec = ExecSpec{};
   return *std::any_cast<ExecSpec>(&request.spec);
 }
 
@@ -43,16 +44,16 @@ absl::Status ValidateExec(const JobRequest& request) {
   for (const auto& [name, value] : exec->env) {
     if (name.empty() || name.find('=') != name.npos || HasNul(name) ||
         HasNul(value)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "exec.env: bad variable name or value for '", name,
-          "' (names are non-empty without '='; no NUL bytes)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("exec.env: bad variable name or value for '", name,
+                       "' (names are non-empty without '='; no NUL bytes)"));
     }
     bytes += name.size() + value.size() + 2;
   }
   if (bytes > kMaxExecArgBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("exec.argv and exec.env: ", bytes,
-                     " bytes in all, more than the limit of ", kMaxExecArgBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "exec.argv and exec.env: ", bytes,
+        " bytes in all, more than the limit of ", kMaxExecArgBytes));
   }
   if (HasNul(exec->cwd)) {
     return absl::InvalidArgumentError("exec.cwd: contains a NUL byte");

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/errno_text.h"
 #include "exec/job_pids.h"
 
 namespace cfdb::worker {
@@ -53,14 +54,16 @@ namespace {
 absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("job guard: pipe: ", strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("job guard: pipe: ", ErrnoText(errno)));
   }
   const pid_t pid = fork();
   if (pid < 0) {
     const int error = errno;
     close(fds[0]);
     close(fds[1]);
-    return absl::InternalError(absl::StrCat("job guard: fork: ", strerror(error)));
+    return absl::InternalError(
+        absl::StrCat("job guard: fork: ", ErrnoText(error)));
   }
   if (pid == 0) Guard(fds[0]);
   close(fds[0]);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/errno_text.h"
 #include "exec/job_pids.h"
 
 namespace cfdb::worker {
@@ -34,7 +35,7 @@ absl::StatusOr<std::unique_ptr<OrphanReaper>> OrphanReaper::Start(
     Duration interval) {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     return absl::InternalError(
-        absl::StrCat("prctl(PR_SET_CHILD_SUBREAPER): ", strerror(errno)));
+        absl::StrCat("prctl(PR_SET_CHILD_SUBREAPER): ", ErrnoText(errno)));
   }
   return std::unique_ptr<OrphanReaper>(new OrphanReaper(interval));
 }

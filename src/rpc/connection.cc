@@ -31,6 +31,10 @@ class ChannelPool {
     if (std::shared_ptr<grpc::Channel> channel = channels_[key].lock()) {
       return channel;
     }
+    // Entries of channels no connection holds any more go, so a client of
+    // many workers (a fleet reaper) keeps only what it uses.
+    absl::erase_if(channels_,
+                   [](const auto& entry) { return entry.second.expired(); });
     grpc::ChannelArguments args;
     wire::SetChannelArguments(credentials, args);
     std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
@@ -49,8 +53,9 @@ void SetTimeout(grpc::ClientContext& context, Duration timeout) {
   // On gRPC's monotonic clock, so a wall-clock step cannot move it.
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::min(timeout, ToDuration(Seconds(1e9))));
-  context.set_deadline(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                    gpr_time_from_nanos(ns.count(), GPR_TIMESPAN)));
+  context.set_deadline(
+      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                   gpr_time_from_nanos(ns.count(), GPR_TIMESPAN)));
 }
 
 absl::Status CheckTimeout(Duration timeout, std::string_view what) {
@@ -89,6 +94,19 @@ class WorkerConnection::Impl {
     return stubs_;
   }
 
+  // Begin is every call's preamble: a positive `timeout` (if any) becomes
+  // the call's deadline on `context`; INVALID_ARGUMENT for another, and
+  // FAILED_PRECONDITION after Close, without a call.
+  absl::StatusOr<std::shared_ptr<const Stubs>> Begin(
+      std::optional<Duration> timeout, std::string_view what,
+      grpc::ClientContext& context) {
+    if (timeout) {
+      if (absl::Status s = CheckTimeout(*timeout, what); !s.ok()) return s;
+      SetTimeout(context, *timeout);
+    }
+    return stubs();
+  }
+
   absl::Status Close() {
     absl::MutexLock lock(&mu_);
     if (stubs_ == nullptr) {
@@ -108,8 +126,8 @@ absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
   if (target.empty()) {
     return absl::InvalidArgumentError("worker address is empty");
   }
-  auto impl = std::make_unique<Impl>(
-      ChannelPool::Get().Acquire(target, credentials));
+  auto impl =
+      std::make_unique<Impl>(ChannelPool::Get().Acquire(target, credentials));
   return std::unique_ptr<WorkerConnection>(new WorkerConnection(
       std::move(target), std::move(credentials), std::move(impl)));
 }
@@ -123,24 +141,21 @@ WorkerConnection::WorkerConnection(std::string target, Credentials credentials,
 WorkerConnection::~WorkerConnection() = default;
 
 absl::StatusOr<double> WorkerConnection::IdleTime(Duration timeout) {
-  if (absl::Status s = CheckTimeout(timeout, "idle"); !s.ok()) return s;
-  auto stubs = impl_->stubs();
-  if (!stubs.ok()) return stubs.status();
   grpc::ClientContext context;
-  SetTimeout(context, timeout);
+  auto stubs = impl_->Begin(timeout, "idle", context);
+  if (!stubs.ok()) return stubs.status();
   v1::IdleTime reply;
-  grpc::Status status = (*stubs)->worker->Idle(&context, v1::IdleRequest(), &reply);
+  grpc::Status status =
+      (*stubs)->worker->Idle(&context, v1::IdleRequest(), &reply);
   if (!status.ok()) return wire::FromGrpc(status);
   return reply.seconds();
 }
 
 absl::StatusOr<StopSummary> WorkerConnection::Stop(Duration grace,
                                                    Duration timeout) {
-  if (absl::Status s = CheckTimeout(timeout, "stop"); !s.ok()) return s;
-  auto stubs = impl_->stubs();
-  if (!stubs.ok()) return stubs.status();
   grpc::ClientContext context;
-  SetTimeout(context, timeout);
+  auto stubs = impl_->Begin(timeout, "stop", context);
+  if (!stubs.ok()) return stubs.status();
   v1::StopRequest request;
   request.set_grace_seconds(grace < Duration::zero() ? -1 : ToSeconds(grace));
   v1::StopReply reply;
@@ -152,21 +167,18 @@ absl::StatusOr<StopSummary> WorkerConnection::Stop(Duration grace,
 absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
     const JobRequest& request, const DispatchCallbacks& callbacks,
     std::optional<Duration> timeout) {
-  if (timeout) {
-    if (absl::Status s = CheckTimeout(*timeout, "dispatch"); !s.ok()) return s;
-  }
-  auto stubs = impl_->stubs();
+  grpc::ClientContext context;
+  auto stubs = impl_->Begin(timeout, "dispatch", context);
   if (!stubs.ok()) return stubs.status();
   const v1::DispatchRequest message = wire::ToProto(request);
   // Refused here, once and for good, rather than by gRPC as a
   // RESOURCE_EXHAUSTED that reads like "retry later".
-  if (const size_t bytes = message.ByteSizeLong(); bytes > wire::kMaxMessageBytes) {
+  if (const size_t bytes = message.ByteSizeLong();
+      bytes > wire::kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the request is ", bytes, " bytes, more than the limit of ",
         wire::kMaxMessageBytes, " bytes (stdin travels in the request)"));
   }
-  grpc::ClientContext context;
-  if (timeout) SetTimeout(context, *timeout);
   std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
       (*stubs)->worker->Dispatch(&context, message);
   std::optional<JobOutcome> outcome;
@@ -200,14 +212,12 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
 
 absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(
     Duration timeout) {
-  if (absl::Status s = CheckTimeout(timeout, "health"); !s.ok()) return s;
-  auto stubs = impl_->stubs();
-  if (!stubs.ok()) return stubs.status();
   grpc::ClientContext context;
-  SetTimeout(context, timeout);
+  auto stubs = impl_->Begin(timeout, "health", context);
+  if (!stubs.ok()) return stubs.status();
   grpc::health::v1::HealthCheckResponse reply;
-  grpc::Status status =
-      (*stubs)->health->Check(&context, grpc::health::v1::HealthCheckRequest(), &reply);
+  grpc::Status status = (*stubs)->health->Check(
+      &context, grpc::health::v1::HealthCheckRequest(), &reply);
   if (!status.ok()) return wire::FromGrpc(status);
   switch (reply.status()) {
     case grpc::health::v1::HealthCheckResponse::SERVING:

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/errno_text.h"
 
 namespace cfdb::worker {
 namespace {
@@ -31,13 +32,13 @@ std::string OpenSslError() {
 }
 
 absl::Status Bad(const TlsSettings::File& file, std::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      file.source, ": ", file.path, ": ", std::string(problem)));
+  return absl::InvalidArgumentError(
+      absl::StrCat(file.source, ": ", file.path, ": ", std::string(problem)));
 }
 
 absl::StatusOr<std::string> Read(const TlsSettings::File& file) {
   std::ifstream in(file.path, std::ios::binary);
-  if (!in) return Bad(file, absl::StrCat("cannot read: ", strerror(errno)));
+  if (!in) return Bad(file, absl::StrCat("cannot read: ", ErrnoText(errno)));
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
@@ -46,9 +47,9 @@ absl::StatusOr<std::string> Read(const TlsSettings::File& file) {
 // ParsePem reads `file` and parses its first PEM object of the kind `parse`
 // reads (e.g. PEM_read_bio_X509); `what` names the kind in errors.
 template <typename T, typename Parse, typename Free>
-absl::StatusOr<std::unique_ptr<T, Free>> ParsePem(
-    const TlsSettings::File& file, Parse parse, Free free,
-    std::string_view what) {
+absl::StatusOr<std::unique_ptr<T, Free>> ParsePem(const TlsSettings::File& file,
+                                                  Parse parse, Free free,
+                                                  std::string_view what) {
   absl::StatusOr<std::string> pem = Read(file);
   if (!pem.ok()) return pem.status();
   Bio bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())),

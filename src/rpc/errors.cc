@@ -32,16 +32,16 @@ bool HasTlsEvidence(const absl::Status& status) {
 // "Received message larger than max", "received initial metadata size
 // exceeds limit"): the same message fails the same way everywhere.
 bool HasSizeLimitEvidence(const absl::Status& status) {
-  return MentionsAny(status, {"larger than max", "exceeds limit",
-                              "more than the limit"});
+  return MentionsAny(
+      status, {"larger than max", "exceeds limit", "more than the limit"});
 }
 
 // The transport broke under the call; gRPC reports that as UNKNOWN or
 // INTERNAL at times ("Stream removed", "Socket closed", "Broken pipe").
 bool HasTransportEvidence(const absl::Status& status) {
-  return MentionsAny(status, {"stream removed", "socket closed", "connection",
-                              "broken pipe", "goaway", "transport", "end of file",
-                              "cancelling all calls"});
+  return MentionsAny(
+      status, {"stream removed", "socket closed", "connection", "broken pipe",
+               "goaway", "transport", "end of file", "cancelling all calls"});
 }
 
 ErrorKind AfterAccepted(const absl::Status& status) {
@@ -97,11 +97,16 @@ bool IsTransient(ErrorKind kind) {
 
 std::string_view ErrorKindName(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kIdleUnavailable: return "idle unavailable";
-    case ErrorKind::kTransient: return "transient error";
-    case ErrorKind::kHandshakeError: return "handshake error";
-    case ErrorKind::kRpcError: return "rpc error";
-    case ErrorKind::kOutcomeUnknown: return "accepted, outcome unknown";
+    case ErrorKind::kIdleUnavailable:
+      return "idle unavailable";
+    case ErrorKind::kTransient:
+      return "transient error";
+    case ErrorKind::kHandshakeError:
+      return "handshake error";
+    case ErrorKind::kRpcError:
+      return "rpc error";
+    case ErrorKind::kOutcomeUnknown:
+      return "accepted, outcome unknown";
     case ErrorKind::kAcceptedDeadlineExceeded:
       return "accepted, deadline exceeded";
   }
@@ -110,12 +115,17 @@ std::string_view ErrorKindName(ErrorKind kind) {
 
 int ExitCodeFor(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kIdleUnavailable: return 69;
+    case ErrorKind::kIdleUnavailable:
+      return 69;
     case ErrorKind::kTransient:
-    case ErrorKind::kHandshakeError: return 75;
-    case ErrorKind::kRpcError: return 76;
-    case ErrorKind::kOutcomeUnknown: return 74;
-    case ErrorKind::kAcceptedDeadlineExceeded: return 73;
+    case ErrorKind::kHandshakeError:
+      return 75;
+    case ErrorKind::kRpcError:
+      return 76;
+    case ErrorKind::kOutcomeUnknown:
+      return 74;
+    case ErrorKind::kAcceptedDeadlineExceeded:
+      return 73;
   }
   return 76;
 }

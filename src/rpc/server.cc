@@ -3,18 +3,25 @@
 // rest. Nothing here blocks inside a reaction.
 #include "cfdb/worker/server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <deque>
 #include <optional>
+#include <system_error>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "core/errno_text.h"
 #include "core/log.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "spdlog/spdlog.h"
 #include "rpc/wire.h"
+#include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
 namespace {
@@ -48,10 +55,9 @@ class CallTracker {
   // `deadline`.
   void WaitDone(TimePoint deadline) {
     absl::MutexLock lock(&mu_);
-    none_left_.AwaitUntil(mu_, deadline,
-                          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                            return calls_ == 0;
-                          });
+    none_left_.AwaitUntil(
+        mu_, deadline,
+        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_ == 0; });
   }
 
  private:
@@ -128,7 +134,8 @@ class StreamJob final : public Job {
   CondVar room_;  // signalled when Emit may go on: room, broken or cancelled
 };
 
-class DispatchReactor final : public grpc::ServerWriteReactor<v1::DispatchEvent> {
+class DispatchReactor final
+    : public grpc::ServerWriteReactor<v1::DispatchEvent> {
  public:
   DispatchReactor(Worker& worker, CallTracker& calls,
                   const v1::DispatchRequest& request)
@@ -358,7 +365,8 @@ class Service final : public v1::Worker::CallbackService {
     auto* reactor = new StopReactor(calls_, stops_, reply);
     const double grace = request->grace_seconds();
     if (std::isnan(grace)) {
-      const absl::Status refused = absl::InvalidArgumentError("grace_seconds: NaN");
+      const absl::Status refused =
+          absl::InvalidArgumentError("grace_seconds: NaN");
       spdlog::info("stop rpc: refused: {}", refused.ToString());
       reactor->Finish(wire::ToGrpc(refused));
       return reactor;
@@ -386,6 +394,45 @@ class Service final : public v1::Worker::CallbackService {
   CallTracker calls_;
   const std::shared_ptr<StopCalls> stops_ = std::make_shared<StopCalls>();
 };
+
+// WhyNotListening says why `address` ("host:port", "[v6]:port") cannot be
+// listened on, from the errno of binding it ourselves, since gRPC only says
+// that it failed.
+std::string WhyNotListening(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "not a host:port address";
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int error = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+      error != 0) {
+    return absl::StrCat("the host does not resolve (", gai_strerror(error),
+                        ")");
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found,
+                                                               freeaddrinfo);
+  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::StrCat("socket: ", ErrnoText(errno));
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as gRPC does
+  const int bound = bind(fd, found->ai_addr, found->ai_addrlen);
+  const int error = errno;
+  close(fd);
+  if (bound != 0) {
+    return error == EADDRINUSE
+               ? "the address is in use (another process listens on it)"
+           : error == EADDRNOTAVAIL
+               ? "not an address of this host (EADDRNOTAVAIL)"
+               : absl::StrCat("bind: ", ErrnoText(error));
+  }
+  return "gRPC could not listen on it (see its error above)";
+}
 
 }  // namespace
 
@@ -442,18 +489,20 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     return static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
   };
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             ms(kMinClientPingInterval));
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      ms(kMinClientPingInterval));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             ms(options.keepalive_time));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              ms(options.keepalive_timeout));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.address,
-        " (address in use, or not an address of this host)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.address, ": ",
+                     WhyNotListening(options.address)));
   }
   impl->health->Set(impl->server->GetHealthCheckService());
   if (worker.stopping()) impl->health->NotServing();

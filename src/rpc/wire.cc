@@ -61,11 +61,16 @@ namespace {
 v1::Failure::Reason ToProto(JobOutcome::Failure failure) {
   using F = JobOutcome::Failure;
   switch (failure) {
-    case F::kStartFailed: return v1::Failure::START_FAILED;
-    case F::kCancelled: return v1::Failure::CANCELLED;
-    case F::kTimeLimitExceeded: return v1::Failure::TIME_LIMIT_EXCEEDED;
-    case F::kHandlerError: return v1::Failure::HANDLER_ERROR;
-    case F::kNone: break;
+    case F::kStartFailed:
+      return v1::Failure::START_FAILED;
+    case F::kCancelled:
+      return v1::Failure::CANCELLED;
+    case F::kTimeLimitExceeded:
+      return v1::Failure::TIME_LIMIT_EXCEEDED;
+    case F::kHandlerError:
+      return v1::Failure::HANDLER_ERROR;
+    case F::kNone:
+      break;
   }
   return v1::Failure::REASON_UNSPECIFIED;
 }
@@ -73,10 +78,14 @@ v1::Failure::Reason ToProto(JobOutcome::Failure failure) {
 JobOutcome::Failure FromProto(v1::Failure::Reason reason) {
   using F = JobOutcome::Failure;
   switch (reason) {
-    case v1::Failure::START_FAILED: return F::kStartFailed;
-    case v1::Failure::CANCELLED: return F::kCancelled;
-    case v1::Failure::TIME_LIMIT_EXCEEDED: return F::kTimeLimitExceeded;
-    default: return F::kHandlerError;
+    case v1::Failure::START_FAILED:
+      return F::kStartFailed;
+    case v1::Failure::CANCELLED:
+      return F::kCancelled;
+    case v1::Failure::TIME_LIMIT_EXCEEDED:
+      return F::kTimeLimitExceeded;
+    default:
+      return F::kHandlerError;
   }
 }
 
@@ -101,8 +110,9 @@ v1::DispatchEvent OutcomeEvent(const JobOutcome& outcome) {
 
 std::optional<JobOutcome> OutcomeFromEvent(const v1::DispatchEvent& event) {
   if (event.has_exit()) {
-    return event.exit().has_signal() ? JobOutcome::Signaled(event.exit().signal())
-                                     : JobOutcome::Exited(event.exit().code());
+    return event.exit().has_signal()
+               ? JobOutcome::Signaled(event.exit().signal())
+               : JobOutcome::Exited(event.exit().code());
   }
   if (event.has_failure()) {
     return JobOutcome::Failed(FromProto(event.failure().reason()),

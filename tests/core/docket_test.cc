@@ -104,7 +104,8 @@ TEST(FakeClockTest, WaitJumpsToTheDeadlineUnlessStopped) {
   EXPECT_EQ(clock.Now() - start, seconds(900));
   shutdown.Stop();
   EXPECT_FALSE(clock.WaitUntil(clock.Now() + seconds(1), shutdown.watcher()));
-  EXPECT_EQ(clock.Now() - start, seconds(900)) << "a stopped wait does not jump";
+  EXPECT_EQ(clock.Now() - start, seconds(900))
+      << "a stopped wait does not jump";
 }
 
 }  // namespace

@@ -18,8 +18,8 @@ namespace {
 using std::chrono::hours;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using ::testing::HasSubstr;
 using testing::CollectingJob;
+using ::testing::HasSubstr;
 
 const TimePoint t0 = TimePoint(hours(1000));
 
@@ -63,15 +63,19 @@ INSTANTIATE_TEST_SUITE_P(
     Drains, ComposeTest,
     ::testing::Values(
         Row{"lifetime+sigterm0", kLifetime, kSigterm0, t1, "SIGTERM"},
-        Row{"lifetime+sigterm2", kLifetime, kSigterm2, t1 + seconds(2), "SIGTERM"},
-        Row{"lifetime+shorter", kLifetime, kShorter, t1 + seconds(5), "stop rpc"},
-        Row{"lifetime+longer", kLifetime, kLonger, t0 + seconds(60), "max lifetime"},
+        Row{"lifetime+sigterm2", kLifetime, kSigterm2, t1 + seconds(2),
+            "SIGTERM"},
+        Row{"lifetime+shorter", kLifetime, kShorter, t1 + seconds(5),
+            "stop rpc"},
+        Row{"lifetime+longer", kLifetime, kLonger, t0 + seconds(60),
+            "max lifetime"},
         Row{"idle+sigterm0", kIdle, kSigterm0, t1, "SIGTERM"},
         Row{"idle+sigterm2", kIdle, kSigterm2, t1 + seconds(2), "SIGTERM"},
         Row{"idle+shorter", kIdle, kShorter, t1 + seconds(5), "stop rpc"},
         Row{"idle+longer", kIdle, kLonger, t0 + seconds(60), "idle"},
         Row{"stoprpc+sigterm0", kStopRpc, kSigterm0, t1, "SIGTERM"},
-        Row{"stoprpc+sigterm2", kStopRpc, kSigterm2, t1 + seconds(2), "SIGTERM"},
+        Row{"stoprpc+sigterm2", kStopRpc, kSigterm2, t1 + seconds(2),
+            "SIGTERM"},
         Row{"stoprpc+shorter", kStopRpc, kShorter, t1 + seconds(5), "stop rpc"},
         Row{"stoprpc+longer", kStopRpc, kLonger, t0 + seconds(30), "stop rpc"}),
     [](const auto& p) {
@@ -125,19 +129,22 @@ TEST(StopRequestsTest, AHugeGraceSaturatesInsteadOfWrapping) {
 class WorkerDrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(worker_
-                    .RegisterKind("gate", {.run = [this](JobContext& ctx) {
-                                    while (!release_.HasBeenNotified()) {
-                                      if (ctx.cancelled()) {
-                                        return JobOutcome::Failed(
-                                            JobOutcome::Failure::kCancelled, "");
-                                      }
-                                      release_.WaitForNotificationWithTimeout(
-                                          absl::Milliseconds(5));
-                                    }
-                                    return JobOutcome::Exited(0);
-                                  }})
-                    .ok());
+    ASSERT_TRUE(
+        worker_
+            .RegisterKind("gate",
+                          {.run =
+                               [this](JobContext& ctx) {
+                                 while (!release_.HasBeenNotified()) {
+                                   if (ctx.cancelled()) {
+                                     return JobOutcome::Failed(
+                                         JobOutcome::Failure::kCancelled, "");
+                                   }
+                                   release_.WaitForNotificationWithTimeout(
+                                       absl::Milliseconds(5));
+                                 }
+                                 return JobOutcome::Exited(0);
+                               }})
+            .ok());
   }
 
   std::shared_ptr<CollectingJob> Dispatch() {
@@ -159,9 +166,9 @@ TEST_F(WorkerDrainTest, ALaterShorterRequestCancelsALongDrain) {
   EXPECT_FALSE(worker_.WaitDrainedUntil(std::chrono::steady_clock::now() +
                                         milliseconds(50)))
       << "a 6 h drain with a job running";
-  EXPECT_EQ(worker_.Dispatch(std::make_shared<CollectingJob>(job->request()))
-                .code(),
-            absl::StatusCode::kUnavailable)
+  EXPECT_EQ(
+      worker_.Dispatch(std::make_shared<CollectingJob>(job->request())).code(),
+      absl::StatusCode::kUnavailable)
       << "draining: no new work";
   worker_.RequestStop({.source = "SIGTERM", .grace = Duration::zero()});
   const DrainReport report = worker_.WaitDrained();

@@ -63,7 +63,7 @@ TEST(JobThreadsTest, AtTheLimitATaskGoesToTheThreadFinishingItsTask) {
   JobThreads threads(1, 0);
   absl::Notification released, posted, second_ran;
   ASSERT_TRUE(threads.Post([&] {
-    released.Notify();            // the docket's Release
+    released.Notify();             // the docket's Release
     posted.WaitForNotification();  // the thread is not parked yet
   }));
   ASSERT_TRUE(released.WaitForNotificationWithTimeout(kTimeout));

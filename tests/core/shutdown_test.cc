@@ -61,7 +61,8 @@ TEST(ShutdownTest, SigtermRequestsAStopAndEverySignalCallsBack) {
                                  std::chrono::seconds(30)));
   EXPECT_EQ(watcher.cause(), StopCause::kSignal);
   ASSERT_EQ(kill(getpid(), SIGINT), 0);
-  const TimePoint give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const TimePoint give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (repeats.load() < 2 && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::yield();
   }

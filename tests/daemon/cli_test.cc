@@ -9,22 +9,22 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
 #include "gmock/gmock.h"
-#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "support/daemon.h"
 #include "support/test_job.h"
 
 namespace cfdb::worker {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::CollectingJob;
 using testing::Command;
 using testing::Daemon;
+using ::testing::HasSubstr;
 
 TEST(CliTest, RetiresItselfWhenIdleAndSaysWhy) {
-  Daemon daemon({"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds",
-                 "0.2"});
+  Daemon daemon(
+      {"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds", "0.2"});
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle for"));
 }
@@ -40,8 +40,8 @@ TEST(CliTest, SigtermStopsTheDaemonWithExitZero) {
 TEST(CliTest, DispatchIdleAndStopFromTheCommandLine) {
   Daemon daemon({});
   const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
-  JobRequest dispatch = Command({"dispatch", "--address", address, "--",
-                                 "sh", "-c", "cat; echo err >&2; exit 7"});
+  JobRequest dispatch = Command({"dispatch", "--address", address, "--", "sh",
+                                 "-c", "cat; echo err >&2; exit 7"});
   MutableExec(dispatch).stdin_data = "hello";
   CollectingJob client(dispatch);
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(7));
@@ -70,8 +70,9 @@ TEST(CliTest, SecondSignalCancelsTheDrain) {
   absl::Notification accepted;
   absl::StatusOr<JobOutcome> outcome;
   std::thread client([&] {
-    outcome = (*connection)->Dispatch(testing::ExecRequest({"sleep", "300"}),
-                                      {.on_accepted = [&] { accepted.Notify(); }});
+    outcome = (*connection)
+                  ->Dispatch(testing::ExecRequest({"sleep", "300"}),
+                             {.on_accepted = [&] { accepted.Notify(); }});
   });
   ASSERT_TRUE(accepted.WaitForNotificationWithTimeout(absl::Seconds(30)));
   kill(daemon.pid(), SIGTERM);
@@ -91,7 +92,8 @@ TEST(CliTest, ClientRetriesTransientErrorsUpToItsAttempts) {
   CollectingJob stop(Command({"stop", "--address", address}));
   ASSERT_EQ(RunExec(stop), JobOutcome::Exited(0));
   daemon.Wait();
-  CollectingJob idle(Command({"idle", "--address", address, "--attempts", "3"}));
+  CollectingJob idle(
+      Command({"idle", "--address", address, "--attempts", "3"}));
   EXPECT_EQ(RunExec(idle), JobOutcome::Exited(75));
   EXPECT_THAT(idle.err(), HasSubstr("attempt 1 of 3 failed"));
   EXPECT_THAT(idle.err(), HasSubstr("attempt 2 of 3 failed"));
@@ -138,9 +140,9 @@ TEST(CliTest, JsonLogsAreOneObjectPerLineWithTheExitFields) {
 
 TEST(CliTest, DispatchExitsWith128PlusTheSignal) {
   Daemon daemon({});
-  CollectingJob client(Command({"dispatch", "--address",
-                                absl::StrCat("127.0.0.1:", daemon.port()),
-                                "--no-stdin", "--", "sh", "-c", "kill -TERM $$"}));
+  CollectingJob client(Command(
+      {"dispatch", "--address", absl::StrCat("127.0.0.1:", daemon.port()),
+       "--no-stdin", "--", "sh", "-c", "kill -TERM $$"}));
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(128 + SIGTERM));
 }
 
@@ -148,9 +150,9 @@ TEST(CliTest, DispatchExitsWith128PlusTheSignal) {
 // limit, however many attempts are allowed.
 TEST(CliTest, AnOverLimitRequestFailsOncePermanently) {
   Daemon daemon({"--idle-timeout-seconds", "0"});
-  JobRequest dispatch =
-      Command({"dispatch", "--address", absl::StrCat("127.0.0.1:", daemon.port()),
-               "--attempts", "4", "--", "wc", "-c"});
+  JobRequest dispatch = Command({"dispatch", "--address",
+                                 absl::StrCat("127.0.0.1:", daemon.port()),
+                                 "--attempts", "4", "--", "wc", "-c"});
   MutableExec(dispatch).stdin_data.assign(70'000'000, '\0');
   CollectingJob client(dispatch);
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(76));
@@ -163,10 +165,10 @@ TEST(CliTest, AnOverLimitRequestFailsOncePermanently) {
 // "retry" (75).
 TEST(CliTest, TimeoutAfterAcceptanceSaysTheJobStarted) {
   Daemon daemon({"--idle-timeout-seconds", "0"});
-  CollectingJob client(Command({"dispatch", "--address",
-                                absl::StrCat("127.0.0.1:", daemon.port()),
-                                "--timeout", "1", "--attempts", "3",
-                                "--no-stdin", "--", "sleep", "30"}));
+  CollectingJob client(
+      Command({"dispatch", "--address",
+               absl::StrCat("127.0.0.1:", daemon.port()), "--timeout", "1",
+               "--attempts", "3", "--no-stdin", "--", "sleep", "30"}));
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(73));
   EXPECT_THAT(client.err(), HasSubstr("accepted, deadline exceeded"));
   EXPECT_THAT(client.err(), HasSubstr("the worker cancels it"));
@@ -195,19 +197,47 @@ TEST_P(BadStartTest, ExitsTwoNamingTheKnob) {
 INSTANTIATE_TEST_SUITE_P(
     Cli, BadStartTest,
     ::testing::Values(
-        BadStart{{"serve", "--idle-timeout-seconds", "soon"}, {}, "--idle-timeout-seconds"},
-        BadStart{{"serve"}, {{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "-5"}}, "CFDB_WORKER_IDLE_TIMEOUT_SECONDS"},
-        BadStart{{"serve", "--idle-poll-interval-seconds", "0"}, {}, "--idle-poll-interval-seconds"},
-        BadStart{{"serve"}, {{"CFDB_WORKER_PORT", "65536"}}, "CFDB_WORKER_PORT"},
+        BadStart{{"serve", "--idle-timeout-seconds", "soon"},
+                 {},
+                 "--idle-timeout-seconds"},
+        BadStart{{"serve"},
+                 {{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "-5"}},
+                 "CFDB_WORKER_IDLE_TIMEOUT_SECONDS"},
+        BadStart{{"serve", "--idle-poll-interval-seconds", "0"},
+                 {},
+                 "--idle-poll-interval-seconds"},
+        BadStart{
+            {"serve"}, {{"CFDB_WORKER_PORT", "65536"}}, "CFDB_WORKER_PORT"},
         BadStart{{"serve", "--no-such-flag"}, {}, "--no-such-flag"},
-        BadStart{{"dispatch", "--env", "NOEQUALS", "--", "true"}, {}, "--env"}));
+        BadStart{
+            {"dispatch", "--env", "NOEQUALS", "--", "true"}, {}, "--env"}));
+
+TEST(CliTest, AnAddressOfAnotherHostSaysSo) {
+  CollectingJob serve(
+      Command({"serve", "--host", "192.0.2.1", "--allow-insecure",
+               "--idle-timeout-seconds", "0"}));
+  EXPECT_EQ(RunExec(serve), JobOutcome::Exited(1));
+  EXPECT_THAT(serve.err(), HasSubstr("not an address of this host"));
+}
+
+// --version prints the version; a plain serve prints no gRPC internals.
+TEST(CliTest, VersionAndAQuietStart) {
+  CollectingJob version(Command({"--version"}));
+  EXPECT_EQ(RunExec(version), JobOutcome::Exited(0));
+  EXPECT_THAT(version.out(), ::testing::StartsWith("cfdb-worker "));
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  kill(daemon.pid(), SIGTERM);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), ::testing::Not(HasSubstr("source=grpc")));
+}
 
 TEST(CliTest, PortInUseIsARuntimeFailure) {
   Daemon first({});
-  CollectingJob second(Command(
-      {"serve", "--port", std::to_string(first.port()), "--idle-timeout-seconds", "0"}));
+  CollectingJob second(Command({"serve", "--port", std::to_string(first.port()),
+                                "--idle-timeout-seconds", "0"}));
   EXPECT_EQ(RunExec(second), JobOutcome::Exited(1));
   EXPECT_THAT(second.err(), HasSubstr("cannot listen on"));
+  EXPECT_THAT(second.err(), HasSubstr("the address is in use"));
 }
 
 }  // namespace

@@ -19,9 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cfdb/worker/connection.h"
-#include "support/daemon.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/daemon.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
@@ -53,9 +53,11 @@ class Step {
   // accepts once told.)
   std::vector<std::string> Wrapper() const {
     const char* asan = std::getenv("ASAN_OPTIONS");
-    return {"env", absl::StrCat("LD_PRELOAD=", CFDB_FAKETIME_LIBRARY),
+    return {"env",
+            absl::StrCat("LD_PRELOAD=", CFDB_FAKETIME_LIBRARY),
             absl::StrCat("FAKETIME_TIMESTAMP_FILE=", path_.string()),
-            "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+            "FAKETIME_NO_CACHE=1",
+            "FAKETIME_DONT_FAKE_MONOTONIC=1",
             absl::StrCat("ASAN_OPTIONS=", asan != nullptr ? asan : "",
                          ":verify_asan_link_order=0")};
   }
@@ -100,7 +102,8 @@ double CpuSeconds(pid_t pid) {
   for (int i = 3; i < 14; ++i) rest >> field;  // state .. cmajflt
   long utime = 0, stime = 0;
   rest >> utime >> stime;
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(utime + stime) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 class ClockStepTest : public ::testing::TestWithParam<const char*> {
@@ -117,8 +120,9 @@ class ClockStepTest : public ::testing::TestWithParam<const char*> {
 TEST_P(ClockStepTest, IdleRetirementKeepsItsTimeAndNothingSpins) {
   Step step(GetParam());
   const TimePoint start = Now();
-  Daemon daemon({"--idle-timeout-seconds", "6", "--idle-poll-interval-seconds", "1"},
-                step.Wrapper());
+  Daemon daemon(
+      {"--idle-timeout-seconds", "6", "--idle-poll-interval-seconds", "1"},
+      step.Wrapper());
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   std::this_thread::sleep_until(start + milliseconds(500));
   step.Take();
@@ -129,24 +133,27 @@ TEST_P(ClockStepTest, IdleRetirementKeepsItsTimeAndNothingSpins) {
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   EXPECT_NEAR(Since(start), 6, 1) << daemon.log();
   const std::string log = daemon.log();
-  EXPECT_NEAR(WallSeconds(log, "exiting: idle") - WallSeconds(log, "listening on"),
-              step.seconds() + 6, 2)
+  EXPECT_NEAR(
+      WallSeconds(log, "exiting: idle") - WallSeconds(log, "listening on"),
+      step.seconds() + 6, 2)
       << "the step took effect: " << log;
 }
 
 // (b): a drain with grace 3 s ends within 1 s of the grace.
 TEST_P(ClockStepTest, DrainGraceKeepsItsTime) {
   Step step(GetParam());
-  Daemon daemon({"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"},
-                step.Wrapper());
+  Daemon daemon(
+      {"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"},
+      step.Wrapper());
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection =
       WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
   ASSERT_TRUE(connection.ok());
   absl::StatusOr<JobOutcome> outcome;
   std::thread job([&] {
-    outcome = (*connection)->Dispatch(testing::ExecRequest({"sleep", "100"}), {},
-                                      kTimeout);
+    outcome =
+        (*connection)
+            ->Dispatch(testing::ExecRequest({"sleep", "100"}), {}, kTimeout);
   });
   ASSERT_TRUE(testing::WaitFor([&] {
     absl::StatusOr<double> idle = (*connection)->IdleTime(seconds(5));
@@ -163,8 +170,9 @@ TEST_P(ClockStepTest, DrainGraceKeepsItsTime) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->failure, JobOutcome::Failure::kCancelled);
   const std::string log = daemon.log();
-  EXPECT_NEAR(WallSeconds(log, "drained in") - WallSeconds(log, "stop rpc: draining"),
-              step.seconds() + 3, 2)
+  EXPECT_NEAR(
+      WallSeconds(log, "drained in") - WallSeconds(log, "stop rpc: draining"),
+      step.seconds() + 3, 2)
       << "the step took effect: " << log;
 }
 
@@ -197,7 +205,7 @@ TEST_P(ClockStepTest, SigtermDuringPollFailuresEndsItAtOnce) {
 INSTANTIATE_TEST_SUITE_P(Steps, ClockStepTest, ::testing::Values("+1h", "-1h"),
                          [](const auto& p) {
                            return std::string(p.param[0] == '+' ? "Forward"
-                                                                   : "Backward");
+                                                                : "Backward");
                          });
 
 }  // namespace

@@ -89,10 +89,16 @@ class SpecValidator {
   // Validate returns one "path: problem" line per error; empty if none.
   std::vector<std::string> Validate(const YAML::Node& tmpl) const {
     std::vector<std::string> errors;
-    static const std::set<std::string> kSections = {
-        "AWSTemplateFormatVersion", "Description", "Metadata", "Parameters",
-        "Rules", "Mappings", "Conditions", "Transform", "Resources",
-        "Outputs"};
+    static const std::set<std::string> kSections = {"AWSTemplateFormatVersion",
+                                                    "Description",
+                                                    "Metadata",
+                                                    "Parameters",
+                                                    "Rules",
+                                                    "Mappings",
+                                                    "Conditions",
+                                                    "Transform",
+                                                    "Resources",
+                                                    "Outputs"};
     if (!tmpl.IsMap()) return {"template: not a map"};
     for (const auto& section : tmpl) {
       if (!kSections.contains(section.first.Scalar())) {
@@ -116,10 +122,15 @@ class SpecValidator {
  private:
   void CheckResource(const std::string& name, const YAML::Node& resource,
                      std::vector<std::string>& errors) const {
-    static const std::set<std::string> kAttributes = {
-        "Type", "Properties", "DependsOn", "Condition", "Metadata",
-        "DeletionPolicy", "UpdateReplacePolicy", "CreationPolicy",
-        "UpdatePolicy"};
+    static const std::set<std::string> kAttributes = {"Type",
+                                                      "Properties",
+                                                      "DependsOn",
+                                                      "Condition",
+                                                      "Metadata",
+                                                      "DeletionPolicy",
+                                                      "UpdateReplacePolicy",
+                                                      "CreationPolicy",
+                                                      "UpdatePolicy"};
     const std::string path = "Resources." + name;
     if (!resource.IsMap()) {
       errors.push_back(path + ": not a map");
@@ -198,14 +209,15 @@ class SpecValidator {
       }
       int index = 0;
       for (const auto& item : value) {
-        const YAML::Node element = type == "List" ? YAML::Node(item) : item.second;
+        const YAML::Node element =
+            type == "List" ? YAML::Node(item) : item.second;
         const std::string element_path =
             type == "List" ? path + "[" + std::to_string(index++) + "]"
                            : path + "." + item.first.Scalar();
         if (AsIntrinsic(element)) continue;
         if (descriptor.contains("PrimitiveItemType")) {
-          CheckPrimitive(descriptor["PrimitiveItemType"], element,
-                         element_path, errors);
+          CheckPrimitive(descriptor["PrimitiveItemType"], element, element_path,
+                         errors);
         } else if (descriptor.contains("ItemType")) {
           CheckNamed(resource_type, descriptor["ItemType"], element,
                      element_path, errors);
@@ -320,8 +332,8 @@ class SpecValidator {
                       std::vector<std::string>& errors) const {
     const std::size_t dot = target.find('.');
     const std::string resource = target.substr(0, dot);
-    const YAML::Node found = tmpl["Resources"] ? tmpl["Resources"][resource]
-                                               : YAML::Node();
+    const YAML::Node found =
+        tmpl["Resources"] ? tmpl["Resources"][resource] : YAML::Node();
     if (dot == std::string::npos || !found || !found["Type"]) {
       errors.push_back(path + ": GetAtt of undefined '" + target + "'");
       return;
@@ -342,7 +354,7 @@ class SpecValidator {
 
 // The spec is large; parse it once per process.
 const Json* Spec() {
-  static const Json* spec = [] () -> const Json* {
+  static const Json* spec = []() -> const Json* {
     std::ifstream in(kSpecPath);
     if (!in) return nullptr;
     return new Json(Json::parse(in));
@@ -415,16 +427,15 @@ TEST_P(CloudFormationReapingTest, VariableRefsParameterWhoseDefaultIsCodes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Knobs, CloudFormationReapingTest,
-    ::testing::Values(
-        ReapingKnob{"WorkerIdleTimeoutSeconds",
-                    "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
-                    kDefaultIdleTimeoutSeconds},
-        ReapingKnob{"WorkerMaxLifetimeSeconds",
-                    "CFDB_WORKER_MAX_LIFETIME_SECONDS",
-                    kDefaultMaxLifetimeSeconds},
-        ReapingKnob{"WorkerMaxLifetimeGraceSeconds",
-                    "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
-                    kDefaultMaxLifetimeGraceSeconds}),
+    ::testing::Values(ReapingKnob{"WorkerIdleTimeoutSeconds",
+                                  "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
+                                  kDefaultIdleTimeoutSeconds},
+                      ReapingKnob{"WorkerMaxLifetimeSeconds",
+                                  "CFDB_WORKER_MAX_LIFETIME_SECONDS",
+                                  kDefaultMaxLifetimeSeconds},
+                      ReapingKnob{"WorkerMaxLifetimeGraceSeconds",
+                                  "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
+                                  kDefaultMaxLifetimeGraceSeconds}),
     [](const ::testing::TestParamInfo<ReapingKnob>& knob) {
       return std::string(knob.param.parameter);
     });
@@ -505,7 +516,8 @@ TEST_F(CloudFormationTest, NumericParametersStateUnitAndRange) {
   static const std::regex kRange(R"([0-9]+\.\.[0-9]+|>=|<=|any number)");
   for (const auto& entry : template_["Parameters"]) {
     const std::string name = entry.first.Scalar();
-    const std::string description = entry.second["Description"].as<std::string>("");
+    const std::string description =
+        entry.second["Description"].as<std::string>("");
     EXPECT_FALSE(description.empty()) << name << " has no Description";
     const YAML::Node fallback = entry.second["Default"];
     if (!fallback || !ParseNumber(fallback.Scalar())) continue;
@@ -548,9 +560,8 @@ TEST_F(CloudFormationTest, ContainerRunsUnderInitWithHealthCheck) {
 }
 
 TEST_F(CloudFormationTest, OnlyTheApiReachesTheWorkerPort) {
-  const YAML::Node ingress =
-      template_["Resources"]["SecurityGroup"]["Properties"]
-               ["SecurityGroupIngress"];
+  const YAML::Node ingress = template_["Resources"]["SecurityGroup"]
+                                      ["Properties"]["SecurityGroupIngress"];
   ASSERT_TRUE(ingress.IsSequence());
   ASSERT_EQ(ingress.size(), 1u);
   const YAML::Node rule = ingress[0];
@@ -569,14 +580,15 @@ TEST_F(CloudFormationTest, RolesGrantNoMoreThanNeeded) {
   const YAML::Node execution =
       template_["Resources"]["ExecutionRole"]["Properties"];
   EXPECT_FALSE(execution["ManagedPolicyArns"]);
-  const std::set<std::string> kAllowed = {
-      "ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability",
-      "ecr:BatchGetImage",         "ecr:GetDownloadUrlForLayer",
-      "logs:CreateLogStream",      "logs:PutLogEvents",
-      "secretsmanager:GetSecretValue"};
+  const std::set<std::string> kAllowed = {"ecr:GetAuthorizationToken",
+                                          "ecr:BatchCheckLayerAvailability",
+                                          "ecr:BatchGetImage",
+                                          "ecr:GetDownloadUrlForLayer",
+                                          "logs:CreateLogStream",
+                                          "logs:PutLogEvents",
+                                          "secretsmanager:GetSecretValue"};
   for (const YAML::Node& policy : execution["Policies"]) {
-    for (const YAML::Node& statement :
-         policy["PolicyDocument"]["Statement"]) {
+    for (const YAML::Node& statement : policy["PolicyDocument"]["Statement"]) {
       std::vector<std::string> actions;
       if (statement["Action"].IsScalar()) {
         actions.push_back(statement["Action"].Scalar());
@@ -658,9 +670,10 @@ TEST_F(CloudFormationSpecTest, ValidatorAcceptsGoodTemplate) {
 }
 
 TEST_F(CloudFormationSpecTest, ValidatorRejectsMisspelledProperty) {
-  EXPECT_THAT(ValidateText(Replace(kGoodTemplate, "      VpcId:", "      VpcID:")),
-              ElementsAre("Resources.Group.Properties.VpcID: unknown property "
-                          "of AWS::EC2::SecurityGroup"));
+  EXPECT_THAT(
+      ValidateText(Replace(kGoodTemplate, "      VpcId:", "      VpcID:")),
+      ElementsAre("Resources.Group.Properties.VpcID: unknown property "
+                  "of AWS::EC2::SecurityGroup"));
 }
 
 TEST_F(CloudFormationSpecTest, ValidatorRejectsMisspelledNestedProperty) {
@@ -673,24 +686,24 @@ TEST_F(CloudFormationSpecTest, ValidatorRejectsMisspelledNestedProperty) {
 
 TEST_F(CloudFormationSpecTest, ValidatorRejectsMisplacedProperty) {
   // StopTimeout belongs to the container, not to the task definition.
-  const std::string text = Replace(
-      Replace(kGoodTemplate, "          StopTimeout: 30\n", ""),
-      "      ContainerDefinitions:", "      StopTimeout: 30\n      ContainerDefinitions:");
+  const std::string text =
+      Replace(Replace(kGoodTemplate, "          StopTimeout: 30\n", ""),
+              "      ContainerDefinitions:",
+              "      StopTimeout: 30\n      ContainerDefinitions:");
   EXPECT_THAT(ValidateText(text),
               ElementsAre("Resources.Task.Properties.StopTimeout: unknown "
                           "property of AWS::ECS::TaskDefinition"));
 }
 
 TEST_F(CloudFormationSpecTest, ValidatorRejectsWrongShape) {
-  EXPECT_THAT(
-      ValidateText(Replace(kGoodTemplate, "StopTimeout: 30", "StopTimeout: soon")),
-      ElementsAre("Resources.Task.Properties.ContainerDefinitions[0]."
-                  "StopTimeout: 'soon' is not an Integer"));
-  EXPECT_THAT(
-      ValidateText(Replace(kGoodTemplate, "Command: [CMD, \"true\"]",
-                           "Command: {CMD: true}")),
-      ElementsAre("Resources.Task.Properties.ContainerDefinitions[0]."
-                  "HealthCheck.Command: expected a List"));
+  EXPECT_THAT(ValidateText(Replace(kGoodTemplate, "StopTimeout: 30",
+                                   "StopTimeout: soon")),
+              ElementsAre("Resources.Task.Properties.ContainerDefinitions[0]."
+                          "StopTimeout: 'soon' is not an Integer"));
+  EXPECT_THAT(ValidateText(Replace(kGoodTemplate, "Command: [CMD, \"true\"]",
+                                   "Command: {CMD: true}")),
+              ElementsAre("Resources.Task.Properties.ContainerDefinitions[0]."
+                          "HealthCheck.Command: expected a List"));
 }
 
 TEST_F(CloudFormationSpecTest, ValidatorRejectsUnknownResourceType) {
@@ -702,7 +715,8 @@ TEST_F(CloudFormationSpecTest, ValidatorRejectsUnknownResourceType) {
 
 TEST_F(CloudFormationSpecTest, ValidatorRejectsMissingRequiredProperty) {
   EXPECT_THAT(
-      ValidateText(Replace(kGoodTemplate, "      GroupDescription: test\n", "")),
+      ValidateText(
+          Replace(kGoodTemplate, "      GroupDescription: test\n", "")),
       ElementsAre("Resources.Group.Properties: missing required property "
                   "'GroupDescription' of AWS::EC2::SecurityGroup"));
 }

@@ -1,7 +1,6 @@
 #include "daemon/config.h"
 
 #include "daemon/address.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -15,8 +14,8 @@ using Flags = std::map<std::string, std::string, std::less<>>;
 using Env = std::map<std::string, std::string, std::less<>>;
 
 EnvLookup FakeEnv(Env env) {
-  return [env = std::move(env)](std::string_view name)
-             -> std::optional<std::string> {
+  return [env = std::move(env)](
+             std::string_view name) -> std::optional<std::string> {
     auto it = env.find(name);
     if (it == env.end()) return std::nullopt;
     return it->second;
@@ -87,11 +86,12 @@ TEST(ConfigTest, PlaintextOnANonLoopbackHostIsRefusedUnlessAllowed) {
 }
 
 TEST(ConfigTest, PartialTlsIsRefusedNamingWhatIsMissing) {
-  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
-      Flags{{"--tls-cert", "/etc/worker.pem"}},
-      FakeEnv({{"CFDB_WORKER_TLS_KEY", "/etc/worker.key"}}));
+  absl::StatusOr<ServeConfig> c =
+      ResolveServeConfig(Flags{{"--tls-cert", "/etc/worker.pem"}},
+                         FakeEnv({{"CFDB_WORKER_TLS_KEY", "/etc/worker.key"}}));
   ASSERT_FALSE(c.ok());
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("missing: --tls-ca"));
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("missing: --tls-ca"));
 }
 
 TEST(ConfigTest, UnreadableTlsFileIsRefusedWithThePathAndReason) {
@@ -100,19 +100,20 @@ TEST(ConfigTest, UnreadableTlsFileIsRefusedWithThePathAndReason) {
                    {"CFDB_WORKER_TLS_CERT", "/nonexistent/cert.pem"},
                    {"CFDB_WORKER_TLS_KEY", "/nonexistent/key.pem"}}));
   ASSERT_FALSE(c.ok());
-  EXPECT_THAT(std::string(c.status().message()),
-              HasSubstr("CFDB_WORKER_TLS_CA: /nonexistent/ca.pem: cannot read"));
+  EXPECT_THAT(
+      std::string(c.status().message()),
+      HasSubstr("CFDB_WORKER_TLS_CA: /nonexistent/ca.pem: cannot read"));
 }
 
 TEST(ConfigTest, NegativeGraceMeansWithoutLimit) {
-  absl::StatusOr<ServeConfig> c = ResolveServeConfig(
-      Flags{{"--signal-grace-seconds", "-1"}}, FakeEnv({}));
+  absl::StatusOr<ServeConfig> c =
+      ResolveServeConfig(Flags{{"--signal-grace-seconds", "-1"}}, FakeEnv({}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_LT(c->retirement.signal_grace, Duration::zero());
 }
 
 struct BadValue {
-  std::string knob;    // a flag, or a variable if it starts with CFDB_
+  std::string knob;  // a flag, or a variable if it starts with CFDB_
   std::string value;
   std::string expect;  // part of the message
 };
@@ -149,7 +150,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"CFDB_WORKER_MAX_LIFETIME_SECONDS", "inf", "not a finite"},
         BadValue{"--idle-poll-interval-seconds", "0", "greater than 0"},
         BadValue{"--idle-poll-deadline-seconds", "0", "greater than 0"},
-        BadValue{"--idle-poll-deadline-seconds", "20", "longer than the idle poll interval"},
+        BadValue{"--idle-poll-deadline-seconds", "20",
+                 "longer than the idle poll interval"},
         BadValue{"--idle-poll-failure-limit", "0", "outside 1.."},
         BadValue{"--idle-poll-failure-limit", "2.5", "not a whole number"},
         BadValue{"--port", "70000", "outside 0..65535"},
@@ -173,12 +175,14 @@ TEST(LoopbackTargetTest, DialsLoopbackForWildcardAndLoopbackHosts) {
 }
 
 TEST(IsLoopbackHostTest, OnlyLoopbackLiteralsAndLocalhost) {
-  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"}) {
+  for (const char* host :
+       {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"}) {
     EXPECT_TRUE(IsLoopbackHost(host)) << host;
   }
-  for (const char* host : {"127.evil.example", "127.0.0.1.nip.io", "127.0.0.1 ",
-                           " 127.0.0.1", "0.0.0.0", "::", "10.0.0.1", "128.0.0.1",
-                           "localhost.example", "", "[127.0.0.1]"}) {
+  for (const char* host :
+       {"127.evil.example", "127.0.0.1.nip.io", "127.0.0.1 ", " 127.0.0.1",
+        "0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "localhost.example", "",
+        "[127.0.0.1]"}) {
     EXPECT_FALSE(IsLoopbackHost(host)) << "'" << host << "'";
   }
 }
@@ -202,7 +206,8 @@ TEST(ConfigTest, AnEmptyVariableMeansUnsetForEveryKnob) {
     EXPECT_EQ(c->port, defaults->port) << knob->variable;
     EXPECT_EQ(c->host, defaults->host) << knob->variable;
     EXPECT_EQ(c->retirement.idle_timeout, defaults->retirement.idle_timeout);
-    EXPECT_EQ(c->worker.max_concurrent_tasks, defaults->worker.max_concurrent_tasks);
+    EXPECT_EQ(c->worker.max_concurrent_tasks,
+              defaults->worker.max_concurrent_tasks);
     EXPECT_EQ(c->credentials, defaults->credentials) << knob->variable;
   }
   for (const Knob* knob : ClientKnobs()) {
@@ -215,9 +220,10 @@ TEST(ConfigTest, AnEmptyVariableMeansUnsetForEveryKnob) {
 }
 
 TEST(ConfigTest, ClientKnobsFollowTheSameRules) {
-  absl::StatusOr<ClientConfig> c = ResolveClientConfig(
-      Flags{{"--attempts", "3"}},
-      FakeEnv({{"CFDB_WORKER_ADDRESS", "10.0.0.5:9"}, {"CFDB_WORKER_ATTEMPTS", "7"}}));
+  absl::StatusOr<ClientConfig> c =
+      ResolveClientConfig(Flags{{"--attempts", "3"}},
+                          FakeEnv({{"CFDB_WORKER_ADDRESS", "10.0.0.5:9"},
+                                   {"CFDB_WORKER_ATTEMPTS", "7"}}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->address, "10.0.0.5:9");
   EXPECT_EQ(c->attempts, 3) << "the flag beats its variable";

@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/connection.h"
-#include "support/daemon.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/daemon.h"
 #include "support/test_job.h"
 
 namespace cfdb::worker {
@@ -30,7 +30,8 @@ constexpr auto kTimeout = seconds(30);
 int ProcessesRunning(const std::string& cmdline) {
   int n = 0;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc", error)) {
     std::ifstream in(entry.path() / "cmdline");
     std::string text((std::istreambuf_iterator<char>(in)),
                      std::istreambuf_iterator<char>());
@@ -63,7 +64,8 @@ TEST_F(Pid1Test, ReapsOrphansAndLeavesNothingBehind) {
        {"sleep 2727 & echo $!",
         "setsid -f sh -c 'echo ok; exec sleep 2828 >/dev/null' | head -n1"}) {
     absl::StatusOr<JobOutcome> outcome =
-        (*connection)->Dispatch(ExecRequest({"sh", "-c", script}), {}, kTimeout);
+        (*connection)
+            ->Dispatch(ExecRequest({"sh", "-c", script}), {}, kTimeout);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     EXPECT_EQ(*outcome, JobOutcome::Exited(0));
   }
@@ -74,10 +76,12 @@ TEST_F(Pid1Test, ReapsOrphansAndLeavesNothingBehind) {
   std::string zombies = "?";
   while (!zombies.empty() && std::chrono::steady_clock::now() < give_up) {
     std::string ps;
-    absl::StatusOr<JobOutcome> outcome = (*connection)->Dispatch(
-        ExecRequest({"ps", "-e", "-o", "stat=,pid=,args="}),
-        {.on_output = [&](OutputStream, std::string_view d) { ps.append(d); }},
-        kTimeout);
+    absl::StatusOr<JobOutcome> outcome =
+        (*connection)
+            ->Dispatch(ExecRequest({"ps", "-e", "-o", "stat=,pid=,args="}),
+                       {.on_output = [&](OutputStream,
+                                         std::string_view d) { ps.append(d); }},
+                       kTimeout);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     zombies.clear();
     std::istringstream lines(ps);
@@ -88,7 +92,10 @@ TEST_F(Pid1Test, ReapsOrphansAndLeavesNothingBehind) {
     }
   }
   EXPECT_EQ(zombies, "") << "zombies left in the namespace";
-  const std::string escaped = std::string("sleep\0" "2828\0", 11);
+  const std::string escaped = std::string(
+      "sleep\0"
+      "2828\0",
+      11);
   EXPECT_EQ(ProcessesRunning(escaped), 1) << "the setsid escapee still runs";
 
   ASSERT_TRUE((*connection)->Stop(seconds(5), kTimeout).ok());
@@ -99,8 +106,12 @@ TEST_F(Pid1Test, ReapsOrphansAndLeavesNothingBehind) {
          std::chrono::steady_clock::now() < gone_by) {
     std::this_thread::yield();
   }
-  EXPECT_EQ(ProcessesRunning(escaped), 0) << "a stray process outlived the daemon";
-  EXPECT_EQ(ProcessesRunning(std::string("sleep\0" "2727\0", 11)), 0);
+  EXPECT_EQ(ProcessesRunning(escaped), 0)
+      << "a stray process outlived the daemon";
+  EXPECT_EQ(ProcessesRunning(std::string("sleep\0"
+                                         "2727\0",
+                                         11)),
+            0);
 }
 
 TEST_F(Pid1Test, SigtermToPid1StopsTheWorker) {
@@ -112,8 +123,9 @@ TEST_F(Pid1Test, SigtermToPid1StopsTheWorker) {
   ASSERT_TRUE(connection.ok());
   // kill -TERM 1 from inside: PID 1 ignores signals it has no handler for,
   // so this only works because the worker handles SIGTERM itself.
-  absl::StatusOr<JobOutcome> outcome = (*connection)->Dispatch(
-      ExecRequest({"kill", "-TERM", "1"}), {}, kTimeout);
+  absl::StatusOr<JobOutcome> outcome =
+      (*connection)
+          ->Dispatch(ExecRequest({"kill", "-TERM", "1"}), {}, kTimeout);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   EXPECT_THAT(daemon.log(), ::testing::HasSubstr("exiting: signal"));

@@ -122,7 +122,8 @@ TEST_F(RetirementTest, ExitsOnTheFirstPollOverTheThresholdWithTheDrainGrace) {
   EXPECT_THAT(log_.str(), HasSubstr("exiting: idle for 601.000 s"));
 }
 
-TEST_F(RetirementTest, OneTickBeforeTheThresholdKeepsServingAndTheThresholdExits) {
+TEST_F(RetirementTest,
+       OneTickBeforeTheThresholdKeepsServingAndTheThresholdExits) {
   const double just_under = 600.0 - 1e-6;
   Script({just_under, 600.0});
   const Retirement exit = Run();
@@ -130,7 +131,8 @@ TEST_F(RetirementTest, OneTickBeforeTheThresholdKeepsServingAndTheThresholdExits
   EXPECT_EQ(source_.polls.size(), 2u);
 }
 
-TEST_F(RetirementTest, IdleTimeoutBelowTheCadenceExitsAtTheTimeoutNotAtTheCadence) {
+TEST_F(RetirementTest,
+       IdleTimeoutBelowTheCadenceExitsAtTheTimeoutNotAtTheCadence) {
   options_.idle_timeout = seconds(2);
   Script({2.0});
   const Retirement exit = Run();
@@ -189,8 +191,8 @@ TEST_F(RetirementTest, TransientFailureThenIdleExitsViaIdle) {
 
 TEST_F(RetirementTest, SuccessResetsTheConsecutiveFailureCount) {
   options_.idle_poll_failure_limit = 2;
-  Script({absl::InternalError("boom"), 1.0, absl::InternalError("boom"),
-          700.0});
+  Script(
+      {absl::InternalError("boom"), 1.0, absl::InternalError("boom"), 700.0});
   const Retirement exit = Run();
   EXPECT_EQ(exit.reason, ExitReason::kIdle);
   EXPECT_EQ(source_.polls.size(), 4u);
@@ -246,7 +248,8 @@ TEST_F(RetirementTest, SignalGraceIsTheOneConfigured) {
 
 TEST_F(RetirementTest, StopRpcExitLeavesTheDrainToTheRpc) {
   Script({0.0});
-  clock_.SetWaitHook([this](TimePoint) { shutdown_.Stop(StopCause::kStopRpc); });
+  clock_.SetWaitHook(
+      [this](TimePoint) { shutdown_.Stop(StopCause::kStopRpc); });
   const Retirement exit = Run();
   EXPECT_EQ(exit.reason, ExitReason::kStopRpc);
   EXPECT_TRUE(stops_.empty());

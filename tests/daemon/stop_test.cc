@@ -24,11 +24,11 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
-#include "support/daemon.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/daemon.h"
 #include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
@@ -38,9 +38,9 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using ::testing::HasSubstr;
 using testing::Daemon;
 using testing::ExecRequest;
+using ::testing::HasSubstr;
 using testing::WaitFor;
 using Failure = JobOutcome::Failure;
 
@@ -55,9 +55,12 @@ class Job {
  public:
   Job(int port, JobRequest request) {
     thread_ = std::thread([this, port, request] {
-      auto connection = WorkerConnection::Open(absl::StrCat("127.0.0.1:", port));
-      outcome_ = (*connection)->Dispatch(
-          request, {.on_accepted = [this] { accepted_.Notify(); }}, kTimeout);
+      auto connection =
+          WorkerConnection::Open(absl::StrCat("127.0.0.1:", port));
+      outcome_ = (*connection)
+                     ->Dispatch(request,
+                                {.on_accepted = [this] { accepted_.Notify(); }},
+                                kTimeout);
       if (!accepted_.HasBeenNotified()) accepted_.Notify();
     });
     EXPECT_TRUE(accepted_.WaitForNotificationWithTimeout(absl::Seconds(30)));
@@ -97,8 +100,8 @@ struct Row {
 std::string Name(const Row& row) {
   return absl::StrCat(row.first == First::kLifetime ? "Lifetime" : "StopRpc",
                       "Then",
-                      row.second == Second::kSigterm0   ? "Sigterm0"
-                      : row.second == Second::kSigterm2 ? "Sigterm2"
+                      row.second == Second::kSigterm0      ? "Sigterm0"
+                      : row.second == Second::kSigterm2    ? "Sigterm2"
                       : row.second == Second::kStopShorter ? "ShorterStop"
                                                            : "LongerStop");
 }
@@ -112,14 +115,20 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
   const Row row = GetParam();
   constexpr double kFirstGrace = 6;  // the drain's own grace, in seconds
   const double signal_grace = row.second == Second::kSigterm2 ? 2 : 0;
-  std::vector<std::string> args = {
-      "--idle-timeout-seconds", "0", "--log-format", "json",
-      "--max-concurrent-tasks", "2", "--task-kill-grace-seconds", "1",
-      "--signal-grace-seconds", absl::StrCat(signal_grace)};
+  std::vector<std::string> args = {"--idle-timeout-seconds",
+                                   "0",
+                                   "--log-format",
+                                   "json",
+                                   "--max-concurrent-tasks",
+                                   "2",
+                                   "--task-kill-grace-seconds",
+                                   "1",
+                                   "--signal-grace-seconds",
+                                   absl::StrCat(signal_grace)};
   if (row.first == First::kLifetime) {
-    args.insert(args.end(), {"--max-lifetime-seconds", "1",
-                             "--max-lifetime-grace-seconds",
-                             absl::StrCat(kFirstGrace)});
+    args.insert(args.end(),
+                {"--max-lifetime-seconds", "1", "--max-lifetime-grace-seconds",
+                 absl::StrCat(kFirstGrace)});
   }
   Daemon daemon(args);
   ASSERT_GT(daemon.port(), 0) << daemon.log();
@@ -139,11 +148,13 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
   } else {
     first_at = Now();
     first_stop.emplace([&] {
-      EXPECT_TRUE((*connection)->Stop(ToDuration(Seconds(kFirstGrace)), kTimeout).ok());
+      EXPECT_TRUE(
+          (*connection)->Stop(ToDuration(Seconds(kFirstGrace)), kTimeout).ok());
     });
     ASSERT_TRUE(WaitFor([&] {
       auto health = (*connection)->Health(seconds(5));
-      return health.ok() && *health == WorkerConnection::ServingStatus::kNotServing;
+      return health.ok() &&
+             *health == WorkerConnection::ServingStatus::kNotServing;
     }));
   }
   std::optional<std::thread> second_stop;
@@ -159,8 +170,9 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
     case Second::kStopLonger:
       second_grace = row.second == Second::kStopShorter ? 3 : 300;
       second_stop.emplace([&, second_grace] {
-        EXPECT_TRUE(
-            (*connection)->Stop(ToDuration(Seconds(second_grace)), kTimeout).ok());
+        EXPECT_TRUE((*connection)
+                        ->Stop(ToDuration(Seconds(second_grace)), kTimeout)
+                        .ok());
       });
       break;
   }
@@ -202,7 +214,8 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
       row.second == Second::kSigterm0 || row.second == Second::kSigterm2
           ? "SIGTERM"
           : "stop rpc";
-  EXPECT_EQ(drain["deadline_source"], second_wins ? second_source : first_source)
+  EXPECT_EQ(drain["deadline_source"],
+            second_wins ? second_source : first_source)
       << drain;
   const std::string requests = drain["stop_requests"];
   EXPECT_THAT(requests, HasSubstr(first_source));
@@ -227,8 +240,9 @@ int64_t StatusNumber(pid_t pid, const std::string& field) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   for (std::string line; std::getline(in, line);) {
     if (!line.starts_with(absl::StrCat(field, ":"))) continue;
-    std::vector<std::string> words = absl::StrSplit(
-        line.substr(field.size() + 1), absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    std::vector<std::string> words =
+        absl::StrSplit(line.substr(field.size() + 1), absl::ByAnyChar(" \t"),
+                       absl::SkipEmpty());
     int64_t value = -1;
     if (!words.empty() && absl::SimpleAtoi(words[0], &value)) return value;
   }
@@ -263,8 +277,8 @@ TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
   for (int c = 0; c < kChannels; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("cfdb.test.channel", c);  // a channel of its own
-    stubs.push_back(v1::Worker::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    stubs.push_back(v1::Worker::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args)));
     for (int i = 0; i < kCallsPerChannel; ++i) {
       auto call = std::make_unique<Call>();
       call->context.set_deadline(std::chrono::system_clock::now() + kTimeout);
@@ -277,14 +291,16 @@ TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
   ASSERT_TRUE(WaitFor([&] {
     const std::string log = daemon.log();
     size_t n = 0;
-    for (size_t at = 0; (at = log.find("stop rpc: draining", at)) != log.npos; ++at) ++n;
+    for (size_t at = 0; (at = log.find("stop rpc: draining", at)) != log.npos;
+         ++at)
+      ++n;
     return n == kChannels * kCallsPerChannel;
   }));
   const int64_t threads_during = StatusNumber(daemon.pid(), "Threads");
   const int64_t rss_during = StatusNumber(daemon.pid(), "VmRSS");
-  std::cout << "daemon threads: " << threads_before << " before, " << threads_during
-            << " with 300 Stop calls waiting; VmRSS " << rss_before << " -> "
-            << rss_during << " kB\n";
+  std::cout << "daemon threads: " << threads_before << " before, "
+            << threads_during << " with 300 Stop calls waiting; VmRSS "
+            << rss_before << " -> " << rss_during << " kB\n";
   // The bound: gRPC's pollers and executors may add a few; a thread per
   // call would add 300.
   EXPECT_LE(threads_during, threads_before + 8);
@@ -316,7 +332,8 @@ TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
 // (never "retry", 75), and the worker exits within grace + the 5 s it gives
 // open calls.
 TEST(StalledReaderTest, IsNeverToldToRetryAndTheWorkerStillExits) {
-  Daemon daemon({"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"});
+  Daemon daemon(
+      {"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
   absl::Notification two_events, resume;
@@ -332,7 +349,8 @@ TEST(StalledReaderTest, IsNeverToldToRetryAndTheWorkerStillExits) {
         resume.WaitForNotification();
       }
     };
-    outcome = (*connection)->Dispatch(ExecRequest({"yes"}), callbacks, kTimeout);
+    outcome =
+        (*connection)->Dispatch(ExecRequest({"yes"}), callbacks, kTimeout);
   });
   ASSERT_TRUE(two_events.WaitForNotificationWithTimeout(absl::Seconds(30)));
   auto stopper = WorkerConnection::Open(address);
@@ -384,8 +402,9 @@ TEST(HardDeathTest, JobsDieWithAWorkerKilledOutright) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--max-concurrent-tasks", "2"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   Job sleeper(daemon.port(), ExecRequest({"sleep", "100"}));
-  Job stubborn(daemon.port(),
-               ExecRequest({"sh", "-c", "trap '' TERM; sleep 101; echo never"}));
+  Job stubborn(
+      daemon.port(),
+      ExecRequest({"sh", "-c", "trap '' TERM; sleep 101; echo never"}));
   std::vector<pid_t> groups;
   ASSERT_TRUE(WaitFor([&] {
     groups = testing::JobChildren(daemon.pid());
@@ -393,7 +412,8 @@ TEST(HardDeathTest, JobsDieWithAWorkerKilledOutright) {
   })) << "two programs and the stubborn one's sleep";
   ASSERT_EQ(kill(daemon.pid(), SIGKILL), 0);
   const TimePoint killed = Now();
-  EXPECT_TRUE(WaitFor([&] { return LiveProcesses(groups).empty(); }, seconds(1)))
+  EXPECT_TRUE(
+      WaitFor([&] { return LiveProcesses(groups).empty(); }, seconds(1)))
       << LiveProcesses(groups).size() << " processes of the jobs left";
   std::cout << "jobs gone " << Since(killed) << " s after SIGKILL\n";
   daemon.Wait();
@@ -407,8 +427,8 @@ TEST(RetirementRaceTest, EveryDispatchRanOrMayBeRetried) {
   std::mt19937 random(12345);
   int ran = 0, transient = 0;
   for (int round = 0; round < kRounds; ++round) {
-    Daemon daemon({"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds",
-                   "0.05"});
+    Daemon daemon({"--idle-timeout-seconds", "1",
+                   "--idle-poll-interval-seconds", "0.05"});
     ASSERT_GT(daemon.port(), 0) << daemon.log();
     const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
     // The worker became idle at about its start; retirement comes about 1 s
@@ -422,9 +442,11 @@ TEST(RetirementRaceTest, EveryDispatchRanOrMayBeRetried) {
       threads.emplace_back([&, i, offset] {
         auto connection = WorkerConnection::Open(address);
         std::this_thread::sleep_until(start + offset);
-        outcomes[i] = (*connection)->Dispatch(
-            ExecRequest({"true"}), {.on_accepted = [&, i] { accepted[i] = true; }},
-            kTimeout);
+        outcomes[i] =
+            (*connection)
+                ->Dispatch(ExecRequest({"true"}),
+                           {.on_accepted = [&, i] { accepted[i] = true; }},
+                           kTimeout);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -434,14 +456,15 @@ TEST(RetirementRaceTest, EveryDispatchRanOrMayBeRetried) {
         ++ran;
         continue;
       }
-      const ErrorKind kind = ClassifyError(Rpc::kDispatch, outcomes[i].status());
+      const ErrorKind kind =
+          ClassifyError(Rpc::kDispatch, outcomes[i].status());
       if (accepted[i]) {
         ADD_FAILURE() << "an accepted `true` was not run to its end: "
                       << outcomes[i].status();
       } else {
         EXPECT_TRUE(IsTransient(kind))
-            << "round " << round << ": refused as not retryable: "
-            << outcomes[i].status();
+            << "round " << round
+            << ": refused as not retryable: " << outcomes[i].status();
         ++transient;
       }
     }

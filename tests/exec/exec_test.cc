@@ -19,11 +19,10 @@
 namespace cfdb::worker {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::CollectingJob;
 using testing::ExecRequest;
+using ::testing::HasSubstr;
 using Failure = JobOutcome::Failure;
-
 
 std::string RandomBytes(size_t n) {
   std::mt19937_64 rng(42);
@@ -121,8 +120,7 @@ TEST(ExecTest, TimeLimitCancelsTheJob) {
 }
 
 TEST(ExecTest, CancelKillsTheWholeProcessGroup) {
-  CollectingJob job(
-      ExecRequest({"sh", "-c", "sleep 300 & echo $!; wait"}));
+  CollectingJob job(ExecRequest({"sh", "-c", "sleep 300 & echo $!; wait"}));
   std::optional<JobOutcome> outcome;
   std::thread runner([&] { outcome = RunExec(job); });
   ASSERT_TRUE(job.WaitForOutput("\n"));

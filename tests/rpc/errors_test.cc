@@ -39,8 +39,8 @@ TEST(ClassifyErrorTest, EveryCodeBeforeAcceptanceHasItsKind) {
         default:
           break;
       }
-      EXPECT_EQ(kind, want) << absl::StatusCodeToString(code) << " rpc "
-                            << static_cast<int>(rpc);
+      EXPECT_EQ(kind, want)
+          << absl::StatusCodeToString(code) << " rpc " << static_cast<int>(rpc);
     }
   }
 }
@@ -79,21 +79,26 @@ TEST(ClassifyErrorTest, TheCauseDecidesNotTheCode) {
   using C = absl::StatusCode;
   const Case cases[] = {
       // The worker is stopping or gone: not started, retry elsewhere.
-      {Rpc::kDispatch, C::kUnavailable, "worker is stopping", ErrorKind::kTransient},
+      {Rpc::kDispatch, C::kUnavailable, "worker is stopping",
+       ErrorKind::kTransient},
       {Rpc::kDispatch, C::kCancelled, "Cancelled", ErrorKind::kTransient},
       {Rpc::kIdle, C::kCancelled, "Cancelled", ErrorKind::kTransient},
       {Rpc::kStop, C::kCancelled, "Cancelled", ErrorKind::kTransient},
-      {Rpc::kHealth, C::kUnavailable, "Cancelling all calls", ErrorKind::kTransient},
+      {Rpc::kHealth, C::kUnavailable, "Cancelling all calls",
+       ErrorKind::kTransient},
       {Rpc::kIdle, C::kUnavailable, "Socket closed", ErrorKind::kTransient},
       {Rpc::kDispatch, C::kUnknown, "Stream removed", ErrorKind::kTransient},
       {Rpc::kDispatch, C::kInternal, "Broken pipe", ErrorKind::kTransient},
       {Rpc::kDispatch, C::kResourceExhausted,
-       "docket full: max_concurrent_tasks jobs are in flight", ErrorKind::kTransient},
+       "docket full: max_concurrent_tasks jobs are in flight",
+       ErrorKind::kTransient},
       // Deterministic, whatever the code.
       {Rpc::kDispatch, C::kResourceExhausted,
-       "Received message larger than max (70000123 vs. 67108864)", ErrorKind::kRpcError},
+       "Received message larger than max (70000123 vs. 67108864)",
+       ErrorKind::kRpcError},
       {Rpc::kDispatch, C::kResourceExhausted,
-       "Sent message larger than max (70000123 vs. 67108864)", ErrorKind::kRpcError},
+       "Sent message larger than max (70000123 vs. 67108864)",
+       ErrorKind::kRpcError},
       {Rpc::kDispatch, C::kResourceExhausted,
        "received initial metadata size exceeds limit", ErrorKind::kRpcError},
       {Rpc::kDispatch, C::kInvalidArgument,
@@ -122,9 +127,9 @@ TEST(ClassifyErrorTest, UnavailableWithTlsEvidenceIsAHandshakeError) {
     EXPECT_EQ(kind, ErrorKind::kHandshakeError) << message;
     EXPECT_TRUE(IsTransient(kind));
   }
-  EXPECT_EQ(ClassifyError(Rpc::kIdle,
-                          absl::UnavailableError("Connection refused")),
-            ErrorKind::kTransient);
+  EXPECT_EQ(
+      ClassifyError(Rpc::kIdle, absl::UnavailableError("Connection refused")),
+      ErrorKind::kTransient);
 }
 
 TEST(ClassifyErrorTest, ExitCodesAreDistinct) {

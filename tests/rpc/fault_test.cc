@@ -4,8 +4,8 @@
 // without bound.
 #include <signal.h>
 #include <sys/resource.h>
-#include <unistd.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,25 +29,25 @@
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "cfdb/worker/worker.h"
-#include "support/daemon.h"
-#include "support/proc_util.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "rpc/wire.h"
+#include "support/daemon.h"
+#include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
-#include "rpc/wire.h"
 
 namespace cfdb::worker {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using ::testing::HasSubstr;
 using testing::CollectingJob;
 using testing::Daemon;
-using testing::JobChildren;
 using testing::ExecRequest;
+using ::testing::HasSubstr;
+using testing::JobChildren;
 using Failure = JobOutcome::Failure;
 
 constexpr auto kTimeout = seconds(30);
@@ -67,7 +67,7 @@ std::optional<int64_t> ProcStatusKib(pid_t pid, std::string_view field) {
     }
     std::vector<std::string> words =
         absl::StrSplit(line.substr(field.size() + 1), absl::ByAnyChar(" \t"),
-                        absl::SkipEmpty());
+                       absl::SkipEmpty());
     int64_t value = 0;
     if (!words.empty() && absl::SimpleAtoi(words[0], &value)) return value;
   }
@@ -124,9 +124,9 @@ TEST_F(FaultTest, RequestOverTheMessageLimitFailsOncePermanently) {
   // oversized request.
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", server_->port()),
-      grpc::InsecureChannelCredentials(), args);
+  auto channel =
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Worker::NewStub(channel);
   JobRequest request = ExecRequest({"cat"});
   MutableExec(request).stdin_data.assign(wire::kMaxMessageBytes + 1024, 'x');
@@ -147,16 +147,19 @@ TEST_F(FaultTest, RequestOverTheMessageLimitFailsOncePermanently) {
   EXPECT_THAT(std::string(outcome.status().message()),
               HasSubstr(absl::StrCat("more than the limit of ",
                                      wire::kMaxMessageBytes, " bytes")));
-  EXPECT_EQ(ClassifyError(Rpc::kDispatch, outcome.status()), ErrorKind::kRpcError);
+  EXPECT_EQ(ClassifyError(Rpc::kDispatch, outcome.status()),
+            ErrorKind::kRpcError);
 
-  EXPECT_TRUE(connection_->IdleTime(kTimeout).ok()) << "the worker still answers";
+  EXPECT_TRUE(connection_->IdleTime(kTimeout).ok())
+      << "the worker still answers";
   EXPECT_EQ(worker_->docket().in_flight(), 0u);
 }
 
 TEST_F(FaultTest, HugeEnvironmentIsInvalidArgumentNamingIt) {
   JobRequest request = ExecRequest({"true"});
   for (int i = 0; i < 20; ++i) {
-    MutableExec(request).env[absl::StrCat("BIG", i)] = std::string(64 * 1024, 'v');
+    MutableExec(request).env[absl::StrCat("BIG", i)] =
+        std::string(64 * 1024, 'v');
   }
   absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(request, {});
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kInvalidArgument);
@@ -169,9 +172,12 @@ TEST_F(FaultTest, HugeEnvironmentIsInvalidArgumentNamingIt) {
 TEST_F(FaultTest, ConcurrentStopsEarliestDeadlineWinsForBoth) {
   for (const bool long_grace_first : {true, false}) {
     SetUp();
-    std::shared_ptr<CollectingJob> job = Dispatch(ExecRequest({"sleep", "300"}));
-    const Duration first_grace = long_grace_first ? seconds(300) : milliseconds(200);
-    const Duration second_grace = long_grace_first ? milliseconds(200) : seconds(300);
+    std::shared_ptr<CollectingJob> job =
+        Dispatch(ExecRequest({"sleep", "300"}));
+    const Duration first_grace =
+        long_grace_first ? seconds(300) : milliseconds(200);
+    const Duration second_grace =
+        long_grace_first ? milliseconds(200) : seconds(300);
     const TimePoint start = Now();
     StopSummary first;
     absl::Notification first_done;
@@ -184,7 +190,8 @@ TEST_F(FaultTest, ConcurrentStopsEarliestDeadlineWinsForBoth) {
     ASSERT_TRUE(first_done.WaitForNotificationWithTimeout(absl::Seconds(30)))
         << "the 300 s Stop returned with the 0.2 s one";
     stopper.join();
-    EXPECT_LT(Now() - start, seconds(60)) << "long grace first: " << long_grace_first;
+    EXPECT_LT(Now() - start, seconds(60))
+        << "long grace first: " << long_grace_first;
     EXPECT_EQ(first.cancelled, 1u);
     EXPECT_EQ(second.cancelled, 1u);
     EXPECT_EQ(first.drained, 0u);
@@ -198,10 +205,11 @@ TEST_F(FaultTest, ConcurrentStopsEarliestDeadlineWinsForBoth) {
 TEST_F(FaultTest, StopDuringADrainReturnsWhenTheDrainEnds) {
   absl::Notification release;
   ASSERT_TRUE(worker_
-                  ->RegisterKind("gate", {.run = [&release](JobContext&) {
-                                   release.WaitForNotification();
-                                   return JobOutcome::Exited(0);
-                                 }})
+                  ->RegisterKind("gate", {.run =
+                                              [&release](JobContext&) {
+                                                release.WaitForNotification();
+                                                return JobOutcome::Exited(0);
+                                              }})
                   .ok());
   JobRequest gate;
   gate.job_id = "gate";
@@ -280,7 +288,8 @@ TEST(FaultFdTest, JobWithoutCancelDescriptorIsRefusedNotRunUncancellable) {
   std::shared_ptr<CollectingJob> job(raw);
   ASSERT_LT(job->cancel_fd(), 0) << "descriptors were exhausted";
   const absl::Status dispatched = worker.Dispatch(job);
-  EXPECT_EQ(dispatched.code(), absl::StatusCode::kResourceExhausted) << dispatched;
+  EXPECT_EQ(dispatched.code(), absl::StatusCode::kResourceExhausted)
+      << dispatched;
   if (dispatched.ok()) {
     ASSERT_TRUE(job->WaitForOutput("up")) << "it waits in poll(2) now";
     const TimePoint start = Now();
@@ -300,16 +309,18 @@ TEST(FaultFdTest, JobWithoutCancelDescriptorIsRefusedNotRunUncancellable) {
 TEST(FaultWorkerTest, DestroyingAWorkerRightAfterItsLastJobIsSafe) {
   for (int i = 0; i < 300; ++i) {
     Worker worker(WorkerOptions{.max_concurrent_tasks = 4});
-    ASSERT_TRUE(worker
-                    .RegisterKind("noop", {.run = [](JobContext&) {
-                                    return JobOutcome::Exited(0);
-                                  }})
-                    .ok());
+    ASSERT_TRUE(
+        worker
+            .RegisterKind(
+                "noop",
+                {.run = [](JobContext&) { return JobOutcome::Exited(0); }})
+            .ok());
     JobRequest request;
     request.job_id = absl::StrCat("noop-", i);
     request.kind = "noop";
     for (int k = 0; k < 4; ++k) {
-      ASSERT_TRUE(worker.Dispatch(std::make_shared<CollectingJob>(request)).ok());
+      ASSERT_TRUE(
+          worker.Dispatch(std::make_shared<CollectingJob>(request)).ok());
     }
     ASSERT_TRUE(worker.docket().WaitEmptyUntil(Now() + kTimeout));
   }
@@ -381,13 +392,15 @@ TEST(FaultDaemonTest, TinyFdLimitFailsAJobNotTheDaemon) {
 // and the daemon's memory stays bounded; the job is still in flight (not
 // lost) until the client cancels, which cancels it.
 TEST(FaultDaemonTest, ClientThatNeverReadsBlocksTheJobNotTheWorkersMemory) {
-  Daemon daemon({"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"});
+  Daemon daemon(
+      {"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
   auto connection = WorkerConnection::Open(address);
   ASSERT_TRUE(connection.ok());
   ASSERT_TRUE((*connection)->IdleTime(kTimeout).ok());
-  const std::optional<int64_t> rss_before = ProcStatusKib(daemon.pid(), "VmRSS");
+  const std::optional<int64_t> rss_before =
+      ProcStatusKib(daemon.pid(), "VmRSS");
   ASSERT_TRUE(rss_before.has_value());
 
   // Its own channel, so the unread stream cannot hold up the Idle calls.
@@ -404,7 +417,8 @@ TEST(FaultDaemonTest, ClientThatNeverReadsBlocksTheJobNotTheWorkersMemory) {
     job = JobChildren(daemon.pid());
     return job.size() == 1 && BlockedInWrite(job[0]);
   })) << "the job blocks writing to its full pipe";
-  const std::optional<int64_t> rss_blocked = ProcStatusKib(daemon.pid(), "VmRSS");
+  const std::optional<int64_t> rss_blocked =
+      ProcStatusKib(daemon.pid(), "VmRSS");
   ASSERT_TRUE(rss_blocked.has_value());
   std::cout << "daemon VmRSS: " << *rss_before << " kB before, " << *rss_blocked
             << " kB with the job blocked\n";

@@ -12,13 +12,13 @@
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "cfdb/worker/worker.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "rpc/wire.h"
 #include "support/daemon.h"
 #include "support/proc_util.h"
-#include "gtest/gtest.h"
-#include "grpcpp/grpcpp.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
-#include "rpc/wire.h"
 
 namespace cfdb::worker {
 namespace {
@@ -48,7 +48,9 @@ class KeepaliveTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
-  std::string address() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+  std::string address() const {
+    return absl::StrCat("127.0.0.1:", server_->port());
+  }
 
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<WorkerServer> server_;
@@ -63,7 +65,8 @@ TEST_F(KeepaliveTest, ASilentJobOutlivesAClientPingingEveryTenSeconds) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + seconds(120));
   auto reader = stub->Dispatch(
-      &context, wire::ToProto(ExecRequest({"sh", "-c", "sleep 35; echo done"})));
+      &context,
+      wire::ToProto(ExecRequest({"sh", "-c", "sleep 35; echo done"})));
   std::string out;
   std::optional<JobOutcome> outcome;
   v1::DispatchEvent event;
@@ -72,7 +75,8 @@ TEST_F(KeepaliveTest, ASilentJobOutlivesAClientPingingEveryTenSeconds) {
     if (auto o = wire::OutcomeFromEvent(event)) outcome = o;
   }
   const grpc::Status status = reader->Finish();
-  EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_TRUE(status.ok()) << status.error_code() << ": "
+                           << status.error_message();
   EXPECT_EQ(outcome, JobOutcome::Exited(0));
   EXPECT_EQ(out, "done\n");
 }
@@ -84,10 +88,12 @@ TEST_F(KeepaliveTest, AClientThatVanishesHasItsJobCancelled) {
   Start({.address = "127.0.0.1:0",
          .keepalive_time = seconds(1),
          .keepalive_timeout = seconds(1)});
-  testing::CollectingJob client(testing::Command(
-      {"dispatch", "--address", address(), "--no-stdin", "--", "sleep", "100"}));
+  testing::CollectingJob client(
+      testing::Command({"dispatch", "--address", address(), "--no-stdin", "--",
+                        "sleep", "100"}));
   std::thread runner([&] { RunExec(client); });
-  ASSERT_TRUE(testing::WaitFor([&] { return worker_->docket().in_flight() == 1; }));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return worker_->docket().in_flight() == 1; }));
   // The client is the only child of this test whose job runs: stop it.
   pid_t pid = 0;
   ASSERT_TRUE(testing::WaitFor([&] {
@@ -98,8 +104,8 @@ TEST_F(KeepaliveTest, AClientThatVanishesHasItsJobCancelled) {
   }));
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
   const TimePoint stopped = Now();
-  EXPECT_TRUE(testing::WaitFor([&] { return worker_->docket().in_flight() == 0; },
-                               seconds(20)))
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return worker_->docket().in_flight() == 0; }, seconds(20)))
       << "the job is still in flight";
   const double took = ToSeconds(Now() - stopped);
   std::cout << "job cancelled " << took << " s after its client stopped\n";

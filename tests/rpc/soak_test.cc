@@ -9,16 +9,15 @@
 // one; ctest a short one).
 #include <unistd.h>
 
-#include <csignal>
-#include <optional>
-#include <functional>
-
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,18 +26,18 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/backoff.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "cfdb/worker/worker.h"
+#include "daemon/backoff.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "rpc/wire.h"
 #include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
-#include "rpc/wire.h"
 
 namespace cfdb::worker {
 namespace {
@@ -70,25 +69,32 @@ size_t OpenFds() {
 
 // What a job does, and so how it must end.
 enum class Plan {
-  kExit,         // exit code i % 4
-  kSignal,       // kills itself with SIGKILL
-  kClientCancel, // the client cancels the call once output arrived
-  kTimeLimit,    // sleeps past a 0.2 s limit
-  kBigOutput,    // writes kBigOutputBytes to stdout
-  kStartFailed,  // no such program
-  kInvalid,      // empty argv: refused
+  kExit,          // exit code i % 4
+  kSignal,        // kills itself with SIGKILL
+  kClientCancel,  // the client cancels the call once output arrived
+  kTimeLimit,     // sleeps past a 0.2 s limit
+  kBigOutput,     // writes kBigOutputBytes to stdout
+  kStartFailed,   // no such program
+  kInvalid,       // empty argv: refused
 };
 constexpr int kPlans = 7;
 
 const char* PlanName(Plan plan) {
   switch (plan) {
-    case Plan::kExit: return "exit";
-    case Plan::kSignal: return "signal";
-    case Plan::kClientCancel: return "client-cancel";
-    case Plan::kTimeLimit: return "time-limit";
-    case Plan::kBigOutput: return "big-output";
-    case Plan::kStartFailed: return "start-failed";
-    case Plan::kInvalid: return "invalid";
+    case Plan::kExit:
+      return "exit";
+    case Plan::kSignal:
+      return "signal";
+    case Plan::kClientCancel:
+      return "client-cancel";
+    case Plan::kTimeLimit:
+      return "time-limit";
+    case Plan::kBigOutput:
+      return "big-output";
+    case Plan::kStartFailed:
+      return "start-failed";
+    case Plan::kInvalid:
+      return "invalid";
   }
   return "?";
 }
@@ -112,7 +118,7 @@ JobRequest RequestFor(Plan plan, int i) {
       break;
     case Plan::kBigOutput:
       MutableExec(request).argv = {"head", "-c", absl::StrCat(kBigOutputBytes),
-                           "/dev/zero"};
+                                   "/dev/zero"};
       break;
     case Plan::kStartFailed:
       MutableExec(request).argv = {"/nonexistent/cfdb-soak"};
@@ -227,10 +233,17 @@ class SoakTest : public ::testing::Test {
 
     std::optional<JobOutcome> expected;
     switch (plan) {
-      case Plan::kExit: expected = JobOutcome::Exited(i % 4); break;
-      case Plan::kSignal: expected = JobOutcome::Signaled(SIGKILL); break;
-      case Plan::kBigOutput: expected = JobOutcome::Exited(0); break;
-      default: break;
+      case Plan::kExit:
+        expected = JobOutcome::Exited(i % 4);
+        break;
+      case Plan::kSignal:
+        expected = JobOutcome::Signaled(SIGKILL);
+        break;
+      case Plan::kBigOutput:
+        expected = JobOutcome::Exited(0);
+        break;
+      default:
+        break;
     }
     bool matched = false;
     if (accepted == 0) {
@@ -255,7 +268,8 @@ class SoakTest : public ::testing::Test {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
       matched = pinned && status.error_code() == grpc::StatusCode::CANCELLED;
     } else {
-      EXPECT_TRUE(status.ok()) << request.job_id << ": " << status.error_message();
+      EXPECT_TRUE(status.ok())
+          << request.job_id << ": " << status.error_message();
       EXPECT_EQ(terminal, 1) << request.job_id << ": terminal events";
       if (outcome.has_value()) {
         if (expected.has_value()) {
@@ -302,8 +316,9 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   }
   const size_t fds_before = OpenFds();
 
-  Worker worker(WorkerOptions{.max_concurrent_tasks = static_cast<size_t>(capacity),
-                              .task_kill_grace = seconds(1)});
+  Worker worker(
+      WorkerOptions{.max_concurrent_tasks = static_cast<size_t>(capacity),
+                    .task_kill_grace = seconds(1)});
   ASSERT_TRUE(worker.RegisterKind(kExecKind, ExecKind()).ok());
   auto server = WorkerServer::Start(worker, {.address = "127.0.0.1:0"});
   ASSERT_TRUE(server.ok()) << server.status();
@@ -363,7 +378,8 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   for (int k = 0; k < capacity; ++k) {
     threads.emplace_back([&, k] {
       JobRequest request = ExecRequest(
-          {"sh", "-c", k < finishing ? "echo up; sleep 0.3" : "echo up; exec sleep 300"});
+          {"sh", "-c",
+           k < finishing ? "echo up; sleep 0.3" : "echo up; exec sleep 300"});
       request.job_id = absl::StrCat("stop-", k);
       grpc::ClientContext ctx;
       auto reader = stub->Dispatch(&ctx, wire::ToProto(request));
@@ -390,7 +406,8 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   {
     absl::MutexLock lock(&running_mu);
     auto all_running = [&] { return running >= capacity; };
-    running_mu.AwaitWithTimeout(absl::Condition(&all_running), absl::Seconds(60));
+    running_mu.AwaitWithTimeout(absl::Condition(&all_running),
+                                absl::Seconds(60));
     EXPECT_EQ(running, capacity) << "every last job is running";
   }
   const StopSummary summary = worker.Stop(seconds(5));
@@ -406,7 +423,8 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   server->reset();
   stub.reset();
   channel.reset();
-  EXPECT_TRUE(Children(getpid()).empty()) << "no child process or zombie is left";
+  EXPECT_TRUE(Children(getpid()).empty())
+      << "no child process or zombie is left";
   // Sockets close asynchronously after the server and channel are gone.
   testing::WaitFor([&] { return OpenFds() <= fds_before; });
   const size_t fds_after = OpenFds();
@@ -420,14 +438,16 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
             << capacity << "\n  by plan:";
   for (const auto& [plan, n] : c.by_plan) std::cout << " " << plan << "=" << n;
   std::cout << "\n  accepted=" << c.accepted << " refused=" << refused << " (";
-  for (const auto& [code, n] : c.refused) std::cout << code << ": " << n << "; ";
+  for (const auto& [code, n] : c.refused)
+    std::cout << code << ": " << n << "; ";
   std::cout << ") matched=" << c.matched << " output_bytes=" << c.output_bytes
             << "\n  idle polls=" << c.idle_polls
             << " idle checks with a job known in flight="
-            << c.idle_checked_in_flight << "\n  stop: drained=" << summary.drained
-            << " cancelled=" << summary.cancelled << "\n  fds before=" << fds_before
-            << " after=" << fds_after << " children left=" << Children(getpid()).size()
-            << "\n";
+            << c.idle_checked_in_flight
+            << "\n  stop: drained=" << summary.drained
+            << " cancelled=" << summary.cancelled
+            << "\n  fds before=" << fds_before << " after=" << fds_after
+            << " children left=" << Children(getpid()).size() << "\n";
   // Every job ran (or was refused as invalid) as planned, once.
   EXPECT_EQ(c.matched, jobs);
   const int invalid =

@@ -9,13 +9,13 @@
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
-#include "support/daemon.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "rpc/wire.h"
+#include "support/daemon.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
-#include "rpc/wire.h"
 
 namespace cfdb::worker {
 namespace {
@@ -31,14 +31,15 @@ constexpr auto kTimeout = seconds(10);
 class TlsTest : public ::testing::Test {
  protected:
   TlsTest()
-      : worker_pem_(pki_.Leaf("worker", {std::string("DNS:") + kIdentity,
-                                         "IP:127.0.0.1"})),
+      : worker_pem_(pki_.Leaf(
+            "worker", {std::string("DNS:") + kIdentity, "IP:127.0.0.1"})),
         client_pem_(pki_.Leaf("client", {"DNS:client.cfdb.internal"})) {}
 
   void SetUp() override { StartServer(pki_.Mtls(worker_pem_)); }
 
   void StartServer(const Credentials& credentials) {
-    worker_ = std::make_unique<Worker>(WorkerOptions{.max_concurrent_tasks = 2});
+    worker_ =
+        std::make_unique<Worker>(WorkerOptions{.max_concurrent_tasks = 2});
     ASSERT_TRUE(worker_->RegisterKind(kExecKind, ExecKind()).ok());
     auto server = WorkerServer::Start(
         *worker_, {.address = "127.0.0.1:0", .credentials = credentials});
@@ -90,8 +91,8 @@ TEST_F(TlsTest, ClientWithoutACertificateIsRefused) {
   options.pem_root_certs = TestPki::ReadFile(pki_.ca().cert);
   grpc::ChannelArguments args;
   args.SetSslTargetNameOverride(kIdentity);
-  auto channel = grpc::CreateCustomChannel(
-      address_, grpc::SslCredentials(options), args);
+  auto channel =
+      grpc::CreateCustomChannel(address_, grpc::SslCredentials(options), args);
   auto stub = v1::Worker::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kTimeout);
@@ -133,8 +134,8 @@ TEST_F(TlsTest, ExpectingAnotherIdentityFailsAsAHandshakeError) {
 TEST_F(TlsTest, RotatedServerCertificateIsServedWithoutARestart) {
   server_.reset();
   StartServer(pki_.Mtls(worker_pem_, "", seconds(1)));
-  const Pem next = pki_.Leaf("worker-next", {std::string("DNS:") + kIdentity,
-                                             "IP:127.0.0.1"});
+  const Pem next = pki_.Leaf("worker-next",
+                             {std::string("DNS:") + kIdentity, "IP:127.0.0.1"});
   // Replace atomically: write beside, then rename over.
   std::filesystem::rename(next.key, worker_pem_.key);
   std::filesystem::rename(next.cert, worker_pem_.cert);
@@ -146,8 +147,11 @@ TEST_F(TlsTest, RotatedServerCertificateIsServedWithoutARestart) {
   while (served != wanted && std::chrono::steady_clock::now() < give_up) {
     // A new channel each time, so each call makes a new handshake.
     grpc::ChannelArguments args;
-    args.SetInt("cfdb.test.fresh", static_cast<int>(
-        std::chrono::steady_clock::now().time_since_epoch().count() & 0x7fffffff));
+    args.SetInt(
+        "cfdb.test.fresh",
+        static_cast<int>(
+            std::chrono::steady_clock::now().time_since_epoch().count() &
+            0x7fffffff));
     wire::SetChannelArguments(client, args);
     auto stub = v1::Worker::NewStub(grpc::CreateCustomChannel(
         address_, wire::ChannelCredentials(client), args));
@@ -155,8 +159,8 @@ TEST_F(TlsTest, RotatedServerCertificateIsServedWithoutARestart) {
     context.set_deadline(std::chrono::system_clock::now() + kTimeout);
     v1::IdleTime reply;
     if (!stub->Idle(&context, v1::IdleRequest(), &reply).ok()) continue;
-    for (const auto& pem : context.auth_context()->FindPropertyValues(
-             "x509_pem_cert")) {
+    for (const auto& pem :
+         context.auth_context()->FindPropertyValues("x509_pem_cert")) {
       served.assign(pem.data(), pem.size());
     }
   }
@@ -179,8 +183,8 @@ TEST(TlsDaemonTest, MissingLoopbackSanIsExplainedAndTheBackstopHolds) {
   TestPki pki;
   const Pem worker = pki.Leaf("worker", {std::string("DNS:") + kIdentity});
   testing::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
-                          "--tls-key", worker.key, "--idle-timeout-seconds", "1",
-                          "--idle-poll-interval-seconds", "0.2",
+                          "--tls-key", worker.key, "--idle-timeout-seconds",
+                          "1", "--idle-poll-interval-seconds", "0.2",
                           "--idle-poll-failure-limit", "2",
                           "--max-lifetime-seconds", "2"});
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
@@ -194,21 +198,21 @@ TEST(TlsDaemonTest, MissingLoopbackSanIsExplainedAndTheBackstopHolds) {
 TEST(TlsDaemonTest, MalformedFileIsRefusedWithTheFileAndReason) {
   TestPki pki;
   const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
-  testing::CollectingJob job(testing::Command(
-      {"serve", "--tls-ca", worker.key, "--tls-cert", worker.cert, "--tls-key",
-       worker.key}));
+  testing::CollectingJob job(
+      testing::Command({"serve", "--tls-ca", worker.key, "--tls-cert",
+                        worker.cert, "--tls-key", worker.key}));
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
-  EXPECT_THAT(job.err(), HasSubstr("--tls-ca: " + worker.key +
-                                   ": not a PEM certificate"));
+  EXPECT_THAT(job.err(),
+              HasSubstr("--tls-ca: " + worker.key + ": not a PEM certificate"));
 }
 
 TEST(TlsDaemonTest, KeyOfAnotherCertificateIsRefused) {
   TestPki pki;
   const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
   const Pem other = pki.Leaf("other", {"IP:127.0.0.1"});
-  testing::CollectingJob job(testing::Command(
-      {"serve", "--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
-       "--tls-key", other.key}));
+  testing::CollectingJob job(
+      testing::Command({"serve", "--tls-ca", pki.ca().cert, "--tls-cert",
+                        worker.cert, "--tls-key", other.key}));
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
   EXPECT_THAT(job.err(), HasSubstr("does not belong to the certificate"));
 }

@@ -1,4 +1,6 @@
 // A real worker over a real channel: WorkerServer on port 0, WorkerConnection.
+#include "cfdb/worker/worker.h"
+
 #include <sys/resource.h>
 
 #include <random>
@@ -9,10 +11,9 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
-#include "daemon/retirement.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
-#include "cfdb/worker/worker.h"
+#include "daemon/retirement.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -22,8 +23,8 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using ::testing::HasSubstr;
 using testing::ExecRequest;
+using ::testing::HasSubstr;
 using Failure = JobOutcome::Failure;
 
 constexpr auto kTimeout = seconds(30);
@@ -34,16 +35,18 @@ class WorkerTest : public ::testing::Test {
 
   void Start(std::size_t max_concurrent_tasks) {
     server_.reset();
-    worker_ = std::make_unique<Worker>(WorkerOptions{
-        .max_concurrent_tasks = max_concurrent_tasks,
-        .task_kill_grace = seconds(5)});
+    worker_ = std::make_unique<Worker>(
+        WorkerOptions{.max_concurrent_tasks = max_concurrent_tasks,
+                      .task_kill_grace = seconds(5)});
     ASSERT_TRUE(worker_->RegisterKind(kExecKind, ExecKind()).ok());
     ASSERT_TRUE(worker_
-                    ->RegisterKind("echo", {.run = [](JobContext& ctx) {
-                                     ctx.Emit(OutputStream::kStdout,
-                                              ctx.request().payload);
-                                     return JobOutcome::Exited(0);
-                                   }})
+                    ->RegisterKind("echo", {.run =
+                                                [](JobContext& ctx) {
+                                                  ctx.Emit(
+                                                      OutputStream::kStdout,
+                                                      ctx.request().payload);
+                                                  return JobOutcome::Exited(0);
+                                                }})
                     .ok());
     auto server = WorkerServer::Start(*worker_, {.address = "127.0.0.1:0"});
     ASSERT_TRUE(server.ok()) << server.status();
@@ -52,8 +55,8 @@ class WorkerTest : public ::testing::Test {
   }
 
   std::unique_ptr<WorkerConnection> Connect() {
-    auto connection = WorkerConnection::Open(
-        absl::StrCat("127.0.0.1:", server_->port()));
+    auto connection =
+        WorkerConnection::Open(absl::StrCat("127.0.0.1:", server_->port()));
     EXPECT_TRUE(connection.ok());
     return *std::move(connection);
   }
@@ -107,7 +110,8 @@ TEST_F(WorkerTest, ServerWithoutIdleIsIdleUnavailableNotAnRpcError) {
   v1::Worker::CallbackService bare;  // every method UNIMPLEMENTED
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterService(&bare);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(port, 0);
@@ -173,7 +177,8 @@ TEST_F(WorkerTest, DrainLetsARunningJobFinishWithinTheGrace) {
   std::string out;
   std::thread job = RunInBackground(
       ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}), &outcome, &out);
-  absl::StatusOr<StopSummary> stopped = connection_->Stop(seconds(60), kTimeout);
+  absl::StatusOr<StopSummary> stopped =
+      connection_->Stop(seconds(60), kTimeout);
   job.join();
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(stopped->drained, 1u);
@@ -188,7 +193,8 @@ TEST_F(WorkerTest, StopWithoutGraceCancelsARunningJob) {
   std::string out;
   std::thread job = RunInBackground(
       ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}), &outcome, &out);
-  absl::StatusOr<StopSummary> stopped = connection_->Stop(Duration::zero(), kTimeout);
+  absl::StatusOr<StopSummary> stopped =
+      connection_->Stop(Duration::zero(), kTimeout);
   job.join();
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(stopped->cancelled, 1u);
@@ -256,11 +262,12 @@ TEST_F(WorkerTest, StreamsSeveralMebibytesByteExact) {
   bool accepted = false;
   absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(
       request, {.on_accepted = [&] { accepted = true; },
-                .on_output = [&](OutputStream stream, std::string_view data) {
-                  EXPECT_EQ(stream, OutputStream::kStdout);
-                  EXPECT_TRUE(accepted) << "acceptance comes first";
-                  out.append(data);
-                }});
+                .on_output =
+                    [&](OutputStream stream, std::string_view data) {
+                      EXPECT_EQ(stream, OutputStream::kStdout);
+                      EXPECT_TRUE(accepted) << "acceptance comes first";
+                      out.append(data);
+                    }});
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(*outcome, JobOutcome::Exited(0));
   EXPECT_TRUE(out == MutableExec(request).stdin_data) << out.size() << " bytes";
@@ -270,8 +277,8 @@ TEST_F(WorkerTest, ClientCancelKillsTheJob) {
   absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(
       ExecRequest({"sleep", "300"}), {}, std::chrono::milliseconds(300));
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(worker_->docket().WaitEmptyUntil(std::chrono::steady_clock::now() +
-                                               kTimeout))
+  EXPECT_TRUE(worker_->docket().WaitEmptyUntil(
+      std::chrono::steady_clock::now() + kTimeout))
       << "the job left the docket once its client went away";
 }
 
@@ -299,8 +306,8 @@ TEST(WorkerNiceTest, ProgramsOfJobsRunAtTheAddedNiceValue) {
   ASSERT_TRUE(worker.RegisterKind(kExecKind, ExecKind()).ok());
   auto job = std::make_shared<testing::CollectingJob>(ExecRequest({"nice"}));
   ASSERT_TRUE(worker.Dispatch(job).ok());
-  ASSERT_TRUE(worker.docket().WaitEmptyUntil(
-      std::chrono::steady_clock::now() + kTimeout));
+  ASSERT_TRUE(worker.docket().WaitEmptyUntil(std::chrono::steady_clock::now() +
+                                             kTimeout));
   EXPECT_EQ(job->outcome(), JobOutcome::Exited(0));
   EXPECT_EQ(job->out(), absl::StrCat(base + 10, "\n"));
 }

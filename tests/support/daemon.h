@@ -24,9 +24,10 @@ inline std::string Binary() {
 }
 
 inline JobRequest Command(std::vector<std::string> args,
-                   std::map<std::string, std::string> env = {}) {
+                          std::map<std::string, std::string> env = {}) {
   JobRequest request = ExecRequest({Binary()});
-  MutableExec(request).argv.insert(MutableExec(request).argv.end(), args.begin(), args.end());
+  MutableExec(request).argv.insert(MutableExec(request).argv.end(),
+                                   args.begin(), args.end());
   MutableExec(request).env.insert(env.begin(), env.end());
   MutableExec(request).time_limit = std::chrono::seconds(60);
   return request;
@@ -46,7 +47,9 @@ class Daemon {
     EXPECT_TRUE(job_.WaitForOutput("listening on"));
     std::smatch m;
     const std::string log = job_.err();
-    if (std::regex_search(log, m, std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
+    if (std::regex_search(
+            log, m,
+            std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
       port_ = std::stoi(m[1]);
       pid_ = std::stoi(m[2]);
     }
@@ -70,8 +73,8 @@ class Daemon {
  private:
   static JobRequest Wrapped(JobRequest request,
                             const std::vector<std::string>& wrapper) {
-    MutableExec(request).argv.insert(MutableExec(request).argv.begin(), wrapper.begin(),
-                             wrapper.end());
+    MutableExec(request).argv.insert(MutableExec(request).argv.begin(),
+                                     wrapper.begin(), wrapper.end());
     return request;
   }
   static std::vector<std::string> Serve(std::vector<std::string> args) {

@@ -61,7 +61,7 @@ struct Annotated {
 }  // namespace
 
 // Calls the real function with `cond` annotated for `mu`.
-#define CFDB_ANNOTATED(mu, cond) \
+#define CFDB_ANNOTATED(mu, cond)      \
   Annotated annotated{(mu), &(cond)}; \
   const Condition wrapped(&Annotated::Eval, &annotated)
 

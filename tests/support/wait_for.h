@@ -10,8 +10,8 @@ namespace cfdb::worker::testing {
 // returns its last value. For conditions on other processes (/proc) or
 // state without a notification (a pool's parked threads, closing sockets).
 template <typename Predicate>
-bool WaitFor(Predicate done,
-             std::chrono::steady_clock::duration timeout = std::chrono::seconds(30)) {
+bool WaitFor(Predicate done, std::chrono::steady_clock::duration timeout =
+                                 std::chrono::seconds(30)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
