@@ -9,8 +9,6 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_
   LSAN_OPTIONS=suppressions=$(CURDIR)/cmake/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/cmake/tsan.supp
-# The gRPC-free suites of core_test.
-TSAN_TESTS := ^(DocketTest|Drains/ComposeTest|StopRequestsTest|WorkerDrainTest|JobThreadsTest|RetirementTest|RetirementDefaultsTest|RetirementRealClockTest|ConfigTest|BadValueTest|ShutdownTest|BackoffTest|ClassifyErrorTest|FakeClockTest)
 
 # The whole suite under ASan + UBSan (the template tests get their spec
 # under $(ASAN_BUILD)/cfnspec through deps).
@@ -19,13 +17,14 @@ test-asan:
 	  CMAKE_FLAGS="-DCFDB_SANITIZE=address,undefined $(CMAKE_FLAGS)"
 	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) -j $(JOBS) --output-on-failure
 
-# The core suites under TSan: only core_test is built.
+# The core and exec layers' tests under TSan, and the canary that must be
+# reported.
 test-tsan:
 	$(MAKE) configure BUILD=$(TSAN_BUILD) BUILD_TYPE=RelWithDebInfo \
 	  CMAKE_FLAGS="-DCFDB_SANITIZE=thread $(CMAKE_FLAGS)"
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target core_test
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target core_test exec_test tsan_canary
 	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) -j $(JOBS) --output-on-failure \
-	  -R '$(TSAN_TESTS)'
+	  -L '^(core|exec|canary)$$'
 
 # libFuzzer (clang): `make fuzz` runs each target for FUZZ_SECONDS, growing
 # a scratch corpus in $(FUZZ_BUILD)/corpus from the committed seeds;
@@ -65,3 +64,26 @@ soak: configure
 	cmake --build $(BUILD) -j $(JOBS) --target soak_test
 	CFDB_SOAK_JOBS=$(SOAK_JOBS) CFDB_SOAK_CLIENTS=$(SOAK_CLIENTS) \
 	  $(BUILD)/tests/soak_test
+
+# Habits that keep the shape (docs/DESIGN.md), run by CI:
+# format-check (clang-format, Google style, on every C++ file git tracks),
+# tidy (clang-tidy over src/, .clang-tidy, on the main build's compile
+# commands) and check-layers (no include cycle; includes point down the
+# layers; core and exec include no gRPC). Locking annotations are checked by
+# every clang build (-Wthread-safety -Werror=thread-safety): CI's is the fuzz
+# build.
+.PHONY: format format-check tidy check-layers
+CXX_FILES = $(shell git ls-files '*.cc' '*.h')
+
+format:
+	clang-format -i $(CXX_FILES)
+
+format-check:
+	@clang-format --dry-run -Werror $(CXX_FILES) && echo "format-check: $(words $(CXX_FILES)) files in Google style"
+
+tidy: configure
+	run-clang-tidy -p $(BUILD) -j $(JOBS) -quiet \
+	  -extra-arg=-Wno-unknown-warning-option '$(CURDIR)/src/'
+
+check-layers:
+	python3 scripts/check-layers.py

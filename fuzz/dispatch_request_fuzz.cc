@@ -49,7 +49,9 @@ void CheckAccepted(const JobRequest& r) {
     Fail("job_id not printable", r.job_id);
   }
   if (r.kind != cfdb::worker::kExecKind) Fail("unregistered kind", r.kind);
-  const auto& exec = r.exec;
+  const cfdb::worker::ExecSpec* spec = cfdb::worker::FindExec(r);
+  if (spec == nullptr) Fail("an exec job without an ExecSpec");
+  const auto& exec = *spec;
   if (exec.argv.empty() || exec.argv[0].empty()) Fail("no program");
   size_t bytes = 0;
   for (const std::string& arg : exec.argv) {
@@ -89,12 +91,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<JobRequest> again =
       cfdb::worker::wire::FromProto(cfdb::worker::wire::ToProto(*request));
   if (!again.ok()) Fail("round trip refused", again.status().ToString());
+  const cfdb::worker::ExecSpec* before = cfdb::worker::FindExec(*request);
+  const cfdb::worker::ExecSpec* after = cfdb::worker::FindExec(*again);
   if (again->job_id != request->job_id || again->kind != request->kind ||
       again->payload != request->payload ||
-      again->exec.argv != request->exec.argv ||
-      again->exec.env != request->exec.env ||
-      again->exec.cwd != request->exec.cwd ||
-      again->exec.stdin_data != request->exec.stdin_data) {
+      (before == nullptr) != (after == nullptr) ||
+      (before != nullptr &&
+       (after->argv != before->argv || after->env != before->env ||
+        after->cwd != before->cwd ||
+        after->stdin_data != before->stdin_data))) {
     Fail("round trip changed the request");
   }
 

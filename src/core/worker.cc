@@ -61,14 +61,17 @@ Worker::~Worker() {
   // before the docket and the kinds they use go away.
 }
 
+// Sink parameters, moved into the registry (clang-tidy 14 misses the move).
+// NOLINTNEXTLINE(performance-unnecessary-value-param)
 absl::Status Worker::RegisterKind(std::string name, JobKind kind) {
   if (name.empty() || !kind.run) {
     return absl::InvalidArgumentError("a job kind needs a name and a handler");
   }
-  if (!kinds_.emplace(name, std::move(kind)).second) {
+  if (kinds_.contains(name)) {
     return absl::AlreadyExistsError(
         absl::StrCat("job kind '", name, "' is already registered"));
   }
+  kinds_.emplace(std::move(name), std::move(kind));
   return absl::OkStatus();
 }
 
@@ -87,7 +90,7 @@ absl::Status Worker::Validate(const JobRequest& request) const {
                                : absl::OkStatus();
 }
 
-absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
+absl::Status Worker::Dispatch(const std::shared_ptr<Job>& job) {
   if (absl::Status s = Validate(job->request()); !s.ok()) return s;
   // Without its eventfd (descriptors ran out) a job blocked in poll(2) would
   // never see a cancel or a stop, so refuse it; the client retries later.
@@ -108,7 +111,7 @@ absl::Status Worker::Dispatch(std::shared_ptr<Job> job) {
   return absl::OkStatus();
 }
 
-void Worker::Run(std::shared_ptr<Job> job, const JobHandler* handler) {
+void Worker::Run(const std::shared_ptr<Job>& job, const JobHandler* handler) {
   const JobRequest& request = job->request();
   spdlog::debug("job {}: started ({})", request.job_id, request.kind);
   JobOutcome outcome;

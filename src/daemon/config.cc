@@ -178,7 +178,7 @@ class Resolver {
   do {                                            \
     auto value_or = (expr);                       \
     if (!value_or.ok()) return value_or.status(); \
-    lhs = *value_or;                              \
+    (lhs) = *value_or;                            \
   } while (0)
 
 absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
@@ -279,6 +279,8 @@ std::span<const Knob* const> ClientKnobs() {
 
 EnvLookup ProcessEnv() {
   return [](std::string_view name) -> std::optional<std::string> {
+    // Nothing in the worker sets variables, so getenv is safe here.
+    // NOLINTNEXTLINE(concurrency-mt-unsafe)
     const char* value = std::getenv(std::string(name).c_str());
     if (value == nullptr) return std::nullopt;
     return std::string(value);

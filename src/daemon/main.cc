@@ -161,9 +161,7 @@ std::optional<cli::ClientOptions> ResolveClient(const Client& client,
                             config->attempts, config->credentials};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   CLI::App app{
       "cfdb-worker: a gRPC worker that runs jobs, reports idle time, drains "
       "on stop and retires itself when idle"};
@@ -229,4 +227,15 @@ int main(int argc, char** argv) {
   auto options = ResolveClient(dispatch, Duration::zero());
   if (!options || !job.Finish()) return cli::kExitUsage;
   return cli::RunDispatch(*options, job.job);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "cfdb-worker: " << e.what() << "\n";
+    return cli::kExitRuntimeFailure;
+  }
 }

@@ -70,8 +70,10 @@ extern "C" long syscall(long number, ...) {
     const int op = static_cast<int>(a[1]);
     if ((op & FUTEX_CMD_MASK) == FUTEX_WAIT_BITSET &&
         (op & FUTEX_CLOCK_REALTIME)) {
-      const timespec deadline =
-          MonotonicDeadline(*reinterpret_cast<const timespec*>(a[3]));
+      // A system call's argument is an integer; this one is a timespec*.
+      const timespec deadline = MonotonicDeadline(
+          *reinterpret_cast<const timespec*>(a[3]));  // NOLINT
+
       return LibcSyscall()(number, a[0], op & ~FUTEX_CLOCK_REALTIME, a[2],
                            reinterpret_cast<long>(&deadline), a[4], a[5]);
     }

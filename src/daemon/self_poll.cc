@@ -42,8 +42,8 @@ class SelfPoll final : public IdleSource {
 
 }  // namespace
 
-RetirementPolicy::ConnectionFactory SelfPollFactory(std::string host, int port,
-                                                    Credentials credentials) {
+RetirementPolicy::ConnectionFactory SelfPollFactory(
+    std::string host, int port, const Credentials& credentials) {
   return [host = std::move(host), port,
           credentials]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
     auto connection =

@@ -14,7 +14,7 @@ namespace cfdb::worker {
 // WorkerConnection to LoopbackTarget(host, port) with `credentials`. Under
 // mutual TLS without an identity, a handshake error says its likely cause
 // (no loopback SAN on the worker's certificate).
-RetirementPolicy::ConnectionFactory SelfPollFactory(std::string host, int port,
-                                                    Credentials credentials);
+RetirementPolicy::ConnectionFactory SelfPollFactory(
+    std::string host, int port, const Credentials& credentials);
 
 }  // namespace cfdb::worker

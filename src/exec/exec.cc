@@ -3,6 +3,7 @@
 #include "cfdb/worker/exec.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -88,21 +89,26 @@ void SetNonBlocking(int fd) {
 // lock.
 struct ChildPlan {
   int in, out, err;                     // become fds 0, 1 and 2
+  int report;                           // close-on-exec: gets errno on failure
   const char* cwd;                      // nullptr: the worker's own
   std::vector<const char*> candidates;  // paths to execve, in PATH order
   char* const* argv;
   char* const* envp;
   pid_t parent;
-  volatile int error = 0;  // the child's errno when it failed, else 0
 };
 
+// Fail reports `error` to the parent through the plan's pipe (which a
+// successful exec closes instead) and ends the child. A pipe rather than
+// the shared memory of vfork: where vfork is a fork (under TSan) it holds.
+[[noreturn]] void Fail(const ChildPlan& plan, int error) {
+  (void)!write(plan.report, &error, sizeof error);
+  _exit(127);
+}
+
 // Child runs in the vforked child and never returns.
-[[noreturn]] void Child(ChildPlan& plan) {
+[[noreturn]] void Child(const ChildPlan& plan) {
   // Its own process group, so a cancel reaches what it starts too.
-  if (setpgid(0, 0) != 0) {
-    plan.error = errno;
-    _exit(127);
-  }
+  if (setpgid(0, 0) != 0) Fail(plan, errno);
   // Dies with the thread that spawned it, so a worker killed outright
   // (SIGKILL, the OOM killer) does not leave it running; RunExec's caller
   // blocks until the program is reaped, so that thread outlives it. The
@@ -120,24 +126,22 @@ struct ChildPlan {
   }
   sigset_t none;
   sigemptyset(&none);
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): the vforked child has one thread
   sigprocmask(SIG_SETMASK, &none, nullptr);
   // Above 2 first, so no end is overwritten by another's dup2.
   const int ends[3] = {fcntl(plan.in, F_DUPFD, 3), fcntl(plan.out, F_DUPFD, 3),
                        fcntl(plan.err, F_DUPFD, 3)};
   for (int target = 0; target < 3; ++target) {
-    if (ends[target] < 0 || dup2(ends[target], target) < 0) {
-      plan.error = errno;
-      _exit(127);
-    }
+    if (ends[target] < 0 || dup2(ends[target], target) < 0) Fail(plan, errno);
   }
-  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) {
-    plan.error = errno;
-    _exit(127);
-  }
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) Fail(plan, errno);
   // Exactly stdin, stdout and stderr reach the program, whatever the
-  // worker inherited without close-on-exec.
-  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
-    for (int fd = 3; fd < 65536; ++fd) close(fd);
+  // worker inherited without close-on-exec: everything above 2 closes at
+  // exec (the report pipe too, which is how the parent learns it worked).
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = 3; fd < 65536; ++fd) {
+      if (fd != plan.report) close(fd);
+    }
   }
   // execvp's search, over paths the parent made: EACCES from one entry is
   // remembered while the search goes on, as execvp does.
@@ -152,14 +156,15 @@ struct ChildPlan {
       break;
     }
   }
-  plan.error = denied && (error == ENOENT || error == ENOTDIR) ? EACCES : error;
-  _exit(127);
+  Fail(plan, denied && (error == ENOENT || error == ENOTDIR) ? EACCES : error);
 }
 
 // Candidates returns the paths execvp would try for `program`: itself when
 // it has a slash, else each entry of the worker's PATH joined with it.
 std::vector<std::string> Candidates(const std::string& program) {
   if (program.find('/') != std::string::npos) return {program};
+  // Nothing in the worker sets variables, so getenv is safe here.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe)
   const char* path = std::getenv("PATH");
   std::vector<std::string> paths;
   for (absl::string_view dir :
@@ -178,16 +183,21 @@ std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
   }
   argv.push_back(nullptr);
   std::vector<std::string> env_strings;
+  env_strings.reserve(spec.env.size());
   for (const auto& [name, value] : spec.env) {
     env_strings.push_back(absl::StrCat(name, "=", value));
   }
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (std::string& entry : env_strings) envp.push_back(entry.data());
   envp.push_back(nullptr);
   const std::vector<std::string> paths = Candidates(spec.argv[0]);
+  std::optional<Pipe> report = MakePipe();
+  if (!report) return {-1, errno};
   ChildPlan plan{.in = in,
                  .out = out,
                  .err = err,
+                 .report = report->write.get(),
                  .cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
                  .argv = argv.data(),
                  .envp = envp.data(),
@@ -205,10 +215,16 @@ std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
   const int spawn_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return {-1, spawn_errno};
-  if (plan.error != 0) {
+  report->write.Reset();
+  int error = 0;
+  ssize_t n;
+  while ((n = read(report->read.get(), &error, sizeof error)) < 0 &&
+         errno == EINTR) {
+  }
+  if (n == sizeof error) {
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    return {-1, plan.error};
+    return {-1, error};
   }
   internal::JobPids::Add(pid);
   return {pid, 0};
@@ -366,7 +382,7 @@ class RunningProgram {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(
           wake - std::chrono::steady_clock::now());
       timeout_ms = static_cast<int>(
-          std::clamp<int64_t>(left.count(), 0, 24 * 3600 * 1000));
+          std::clamp<int64_t>(left.count(), 0, int64_t{24} * 3600 * 1000));
     }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
       // Out of resources: fall back to waiting for the program itself.

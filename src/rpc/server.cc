@@ -30,7 +30,7 @@ namespace v1 = ::cfdb::worker::v1;
 
 // Output queued for one client beyond the message being written. Emit blocks
 // past this, which stalls the job and bounds the worker's memory per job.
-constexpr std::size_t kOutboxLimitBytes = 256 * 1024;
+constexpr std::size_t kOutboxLimitBytes = std::size_t{256} * 1024;
 
 class DispatchReactor;
 

@@ -8,7 +8,10 @@
 // one (dlsym RTLD_NEXT) and annotates the mutex with __tsan_acquire after it
 // is taken and __tsan_release before it is given up, so TSan gets the same
 // happens-before edges an instrumented abseil would give it. Races on data
-// not ordered by a mutex are still reported.
+// not ordered by a mutex are still reported, which tsan_canary.cc proves in
+// every TSan run. Checked against abseil 20220623 (Debian 12's
+// libabsl20220623); a new abseil may rename the entry points (the lookups
+// below then fail loudly at startup).
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -50,6 +53,9 @@ struct Annotated {
   const absl::Condition* cond;
 
   static bool Eval(void* arg) {
+    // Ordered after the wrapper's (and the condition's) construction on the
+    // waiting thread: another thread may run this one, e.g. while unlocking.
+    __tsan_acquire(arg);
     const auto* self = static_cast<const Annotated*>(arg);
     __tsan_acquire(self->mu);
     const bool met = self->cond->Eval();
@@ -63,6 +69,7 @@ struct Annotated {
 // Calls the real function with `cond` annotated for `mu`.
 #define CFDB_ANNOTATED(mu, cond)      \
   Annotated annotated{(mu), &(cond)}; \
+  __tsan_release(&annotated);         \
   const Condition wrapped(&Annotated::Eval, &annotated)
 
 namespace absl {

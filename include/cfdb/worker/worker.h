@@ -129,7 +129,7 @@ class Worker {
   // RESOURCE_EXHAUSTED (docket full, or `job` has no cancel_fd because
   // descriptors ran out). A job accepted when no thread can be made ends
   // with a START_FAILED outcome rather than being dropped.
-  absl::Status Dispatch(std::shared_ptr<Job> job);
+  absl::Status Dispatch(const std::shared_ptr<Job>& job);
 
   // Idle returns the time since the docket last became empty (zero while a
   // job is in flight). Never touches the docket's contents.
@@ -177,7 +177,7 @@ class Worker {
   const WorkerOptions& options() const { return options_; }
 
  private:
-  void Run(std::shared_ptr<Job> job, const JobHandler* handler);
+  void Run(const std::shared_ptr<Job>& job, const JobHandler* handler);
   // ReleaseJob takes `job` out of the docket and wakes the drain when that
   // emptied it.
   void ReleaseJob(Job* job);
