@@ -5,7 +5,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev
-  libyaml-cpp-dev nlohmann-json3-dev libbenchmark-dev python3
+  libyaml-cpp-dev nlohmann-json3-dev libbenchmark-dev python3 libcap-dev
   clang libclang-rt-14-dev clang-format clang-tidy faketime
 )
 missing=()

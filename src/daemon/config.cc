@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -68,6 +70,22 @@ const Knob kLogLevel{"--log-level", "CFDB_WORKER_LOG_LEVEL", "info", "LEVEL",
 const Knob kLogFormat{
     "--log-format", "CFDB_WORKER_LOG_FORMAT", "text", "FORMAT",
     "text, or json: one JSON object per line (for CloudWatch)"};
+const Knob kJobUser{
+    "--job-user", "CFDB_WORKER_JOB_USER", "", "USER",
+    "run jobs as NAME, UID or UID:GID (one uid per job running at once, from "
+    "that uid on), without privileges (default: as the worker, with a "
+    "warning)"};
+const Knob kWorkerUser{
+    "--worker-user", "CFDB_WORKER_USER", "", "USER",
+    "when started as root, become this user, keeping only what starting jobs "
+    "as --job-user needs"};
+const Knob kJobNproc{"--job-nproc", "CFDB_WORKER_JOB_NPROC", "1024", "COUNT",
+                     "most processes each job's uid may have, 0..1000000 (0: "
+                     "the worker's own limit); needs --job-user"};
+const Knob kJobContainment{
+    "--job-containment", "CFDB_WORKER_JOB_CONTAINMENT", "auto", "MODE",
+    "auto, cgroup or subreaper: how a job's processes are made to end with "
+    "it (docs/SECURITY.md)"};
 const Knob kAllowInsecure{"--allow-insecure",
                           "CFDB_WORKER_ALLOW_INSECURE",
                           "false",
@@ -225,6 +243,49 @@ absl::Status ResolveWorker(const Resolver& r, WorkerOptions& options) {
   return absl::OkStatus();
 }
 
+// A user knob's value; nullopt when unset.
+absl::StatusOr<std::optional<User>> UserKnob(const Resolver& r,
+                                             const Knob& knob) {
+  const Setting s = r.Get(knob);
+  if (s.text.empty()) return std::optional<User>();
+  absl::StatusOr<User> user = ResolveUser(s.text);
+  if (!user.ok()) return Resolver::Bad(s, std::string(user.status().message()));
+  return std::optional<User>(*user);
+}
+
+absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
+  CFDB_ASSIGN(c.job_user, UserKnob(r, knob::kJobUser));
+  CFDB_ASSIGN(c.worker_user, UserKnob(r, knob::kWorkerUser));
+  int64_t nproc = 0;
+  CFDB_ASSIGN(nproc, r.Integer(knob::kJobNproc, 0, 1'000'000));
+  if (c.job_user) {
+    c.exec.user =
+        JobUser{.uid = c.job_user->uid,
+                .gid = c.job_user->gid,
+                .uids = static_cast<int>(c.worker.max_concurrent_tasks),
+                .name = c.job_user->name};
+    c.exec.nproc = static_cast<rlim_t>(nproc);
+    // Somewhere the job's user may work: its home if it has one, else /tmp.
+    struct stat st {};
+    c.exec.default_cwd = !c.job_user->home.empty() &&
+                                 stat(c.job_user->home.c_str(), &st) == 0 &&
+                                 S_ISDIR(st.st_mode)
+                             ? c.job_user->home
+                             : "/tmp";
+  }
+  const Setting mode = r.Get(knob::kJobContainment);
+  if (mode.text == "auto") {
+    c.containment = ContainmentMode::kAuto;
+  } else if (mode.text == "cgroup") {
+    c.containment = ContainmentMode::kCgroup;
+  } else if (mode.text == "subreaper") {
+    c.containment = ContainmentMode::kSubreaper;
+  } else {
+    return Resolver::Bad(mode, "is not auto, cgroup or subreaper");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ResolveLogging(const Resolver& r, ServeConfig& c) {
   const Setting level = r.Get(knob::kLogLevel);
   static constexpr std::string_view kLevels[] = {
@@ -261,6 +322,10 @@ std::span<const Knob* const> ServeKnobs() {
                                      &kJobNice,
                                      &kLogLevel,
                                      &kLogFormat,
+                                     &kJobUser,
+                                     &kWorkerUser,
+                                     &kJobNproc,
+                                     &kJobContainment,
                                      &kAllowInsecure,
                                      &kTlsCa,
                                      &kTlsCert,
@@ -314,6 +379,7 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   if (absl::Status s = ResolveRetirement(r, c.retirement); !s.ok()) return s;
   if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;
   if (absl::Status s = ResolveLogging(r, c); !s.ok()) return s;
+  if (absl::Status s = ResolveSandbox(r, c); !s.ok()) return s;
   CFDB_ASSIGN(c.credentials, ResolveCredentials(flags, env));
   CFDB_ASSIGN(c.allow_insecure, r.Switch(knob::kAllowInsecure));
   if (c.credentials.kind == Credentials::Kind::kInsecure &&

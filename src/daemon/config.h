@@ -13,8 +13,11 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "cfdb/worker/containment.h"
 #include "cfdb/worker/credentials.h"
+#include "cfdb/worker/exec.h"
 #include "cfdb/worker/worker.h"
+#include "daemon/identity.h"
 #include "daemon/logging.h"
 #include "daemon/retirement.h"
 
@@ -37,7 +40,8 @@ namespace knob {
 extern const Knob kHost, kPort, kIdleTimeout, kIdlePollInterval,
     kIdlePollDeadline, kIdlePollFailureLimit, kMaxLifetime, kMaxLifetimeGrace,
     kSignalGrace, kMaxConcurrentTasks, kTaskKillGrace, kJobNice, kLogLevel,
-    kLogFormat, kAllowInsecure;
+    kLogFormat, kAllowInsecure, kJobUser, kWorkerUser, kJobNproc,
+    kJobContainment;
 extern const Knob kTlsCa, kTlsCert, kTlsKey, kTlsIdentity, kTlsRefreshInterval;
 extern const Knob kAddress, kAttempts;
 }  // namespace knob
@@ -68,6 +72,14 @@ struct ServeConfig {
   Credentials credentials;
   // Plaintext on a non-loopback address was explicitly allowed.
   bool allow_insecure = false;
+  // Who jobs run as (none: as the worker), and who the worker becomes when
+  // started as root (none: it stays uid 0, keeping only what jobs need).
+  std::optional<User> job_user;
+  std::optional<User> worker_user;
+  // How the exec kind runs programs (user, nproc, default cwd); its
+  // containment is made at startup from `containment`.
+  ExecOptions exec;
+  ContainmentMode containment = ContainmentMode::kAuto;
 };
 
 // ResolveServeConfig builds the configuration from flag values (keyed by
@@ -77,8 +89,9 @@ struct ServeConfig {
 // infinite, negative, zero poll interval or deadline, poll deadline longer
 // than the interval, failure limit or concurrency below 1, port outside
 // 0..65535, unknown log level, empty host, bad TLS settings, plaintext on a
-// non-loopback host without --allow-insecure. Reads the TLS files; touches
-// no global state.
+// non-loopback host without --allow-insecure, an unknown user, an unknown
+// containment. Reads the TLS files and the user database; touches no global
+// state.
 absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
                                                const EnvLookup& env);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cfdb/worker/containment.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
@@ -14,10 +15,10 @@
 #include "daemon/address.h"
 #include "daemon/commands.h"
 #include "daemon/config.h"
+#include "daemon/identity.h"
 #include "daemon/retirement.h"
 #include "daemon/self_poll.h"
 #include "exec/job_guard.h"
-#include "exec/orphans.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker::cli {
@@ -58,6 +59,21 @@ DrainReport AwaitDrain(Worker& worker, const RetirementPolicy& policy,
   return worker.WaitDrained();
 }
 
+// WarnAboutIdentity says, once, what a job may reach that it should not.
+void WarnAboutIdentity(const ServeConfig& config) {
+  if (!config.job_user) {
+    spdlog::warn(
+        "jobs run as the worker's own user (uid {}): a job can read the "
+        "worker's credentials and signal it; set --job-user (docs/SECURITY.md)",
+        geteuid());
+  }
+  for (const std::string& problem : CredentialFileProblems(
+           {config.credentials.ca_file, config.credentials.cert_file,
+            config.credentials.key_file})) {
+    spdlog::warn("credential file: {}", problem);
+  }
+}
+
 void LogDrain(const DrainReport& report) {
   LogEvent(spdlog::level::info,
            absl::StrFormat("drained in %.3f s: %d finished, %d cancelled",
@@ -82,6 +98,25 @@ int RunServe(const ServeConfig& config) {
     spdlog::warn("jobs will not be killed if the worker dies outright: {}",
                  guard.status().ToString());
   }
+  // Every process a job starts ends with it; as PID 1 of a container, or
+  // under an init that does not reap, orphans are ours to reap too. Made
+  // before privileges are dropped (a cgroup subtree may need them).
+  absl::StatusOr<std::unique_ptr<Containment>> containment =
+      Containment::Start(config.containment);
+  if (!containment.ok()) {
+    spdlog::error("{}", containment.status().ToString());
+    return kExitRuntimeFailure;
+  }
+  if (guard.ok()) (*containment)->Spare((*guard)->pid());
+  // While this is the only thread: the daemon keeps only what it needs.
+  if (absl::Status s =
+          BecomeWorker(config.worker_user, config.job_user.has_value());
+      !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
+  WarnAboutIdentity(config);
+  spdlog::info("{}", (*containment)->Describe());
   // Before any thread starts, so every thread inherits the blocked signals.
   if (absl::Status s = BlockStopSignals(); !s.ok()) {
     spdlog::error("cannot block signals: {}", s.ToString());
@@ -99,16 +134,10 @@ int RunServe(const ServeConfig& config) {
     spdlog::error("cannot listen for signals: {}", listening.ToString());
     return kExitRuntimeFailure;
   }
-  // As PID 1 of a container, or under an init that does not reap, orphans
-  // of jobs are ours to reap.
-  absl::StatusOr<std::unique_ptr<OrphanReaper>> orphans =
-      OrphanReaper::Start(std::chrono::milliseconds(500));
-  if (!orphans.ok()) {
-    spdlog::warn("orphaned job processes will not be reaped: {}",
-                 orphans.status().ToString());
-  }
-
-  (void)worker.RegisterKind(kExecKind, ExecKind());
+  (*containment)->StartSweeping();
+  ExecOptions exec = config.exec;
+  exec.containment = containment->get();
+  (void)worker.RegisterKind(kExecKind, ExecKind(exec));
   const Credentials& credentials = config.credentials;
   absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
       worker, ServerOptions{

@@ -3,10 +3,12 @@
 #include "cfdb/worker/exec.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,7 +30,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/errno_text.h"
+#include "core/log.h"
+#include "exec/cgroup.h"
 #include "exec/job_pids.h"
+#include "exec/process_table.h"
 
 namespace cfdb::worker {
 
@@ -88,33 +94,83 @@ void SetNonBlocking(int fd) {
 // execs, so it may only make system calls; it allocates nothing and takes no
 // lock.
 struct ChildPlan {
-  int in, out, err;                     // become fds 0, 1 and 2
-  int report;                           // close-on-exec: gets errno on failure
-  const char* cwd;                      // nullptr: the worker's own
+  int in, out, err;          // become fds 0, 1 and 2
+  int report;                // close-on-exec: gets a ChildError
+  const char* cwd;           // nullptr: the worker's own
+  const char* cgroup_procs;  // the job cgroup's cgroup.procs, or null
+  bool drop;                 // become uid/gid, without privileges
+  uid_t uid;
+  gid_t gid;
+  rlim_t nproc;                         // RLIMIT_NPROC; 0: unchanged
   std::vector<const char*> candidates;  // paths to execve, in PATH order
   char* const* argv;
   char* const* envp;
   pid_t parent;
 };
 
-// Fail reports `error` to the parent through the plan's pipe (which a
-// successful exec closes instead) and ends the child. A pipe rather than
-// the shared memory of vfork: where vfork is a fork (under TSan) it holds.
-[[noreturn]] void Fail(const ChildPlan& plan, int error) {
-  (void)!write(plan.report, &error, sizeof error);
+// ChildError is what a child that could not exec reports: the step that
+// failed and its errno.
+struct ChildError {
+  enum Step : int { kSetup, kCwd, kExec } step;
+  int error;
+};
+
+// Fail reports the failed step to the parent through the plan's pipe
+// (which a successful exec closes instead) and ends the child. A pipe rather
+// than the shared memory of vfork: where vfork is a fork (under TSan) it
+// holds.
+[[noreturn]] void Fail(const ChildPlan& plan, ChildError::Step step,
+                       int error) {
+  const ChildError report{step, error};
+  (void)!write(plan.report, &report, sizeof report);
   _exit(127);
+}
+
+// DropPrivileges makes the child the job's user: its rlimit, no
+// supplementary group, its gid and uid, no capability in any set, and
+// no_new_privs so that nothing it execs gains any. Raw system calls: glibc's
+// setuid family signals every thread of the process, and the vforked child
+// shares the parent's thread list.
+void DropPrivileges(const ChildPlan& plan) {
+  if (plan.nproc != 0) {
+    const rlimit limit{plan.nproc, plan.nproc};
+    if (setrlimit(RLIMIT_NPROC, &limit) != 0)
+      Fail(plan, ChildError::kSetup, errno);
+  }
+  if (!plan.drop) return;
+  const gid_t groups[1] = {plan.gid};
+  if (syscall(SYS_setgroups, 1, groups) != 0 ||
+      syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0 ||
+      syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) {
+    Fail(plan, ChildError::kSetup, errno);
+  }
+  // A worker that is not root keeps its capabilities across setresuid: drop
+  // them from every set, the ambient one included.
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capset, &header, none) != 0 ||
+      prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 ||
+      prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    Fail(plan, ChildError::kSetup, errno);
+  }
 }
 
 // Child runs in the vforked child and never returns.
 [[noreturn]] void Child(const ChildPlan& plan) {
   // Its own process group, so a cancel reaches what it starts too.
-  if (setpgid(0, 0) != 0) Fail(plan, errno);
+  if (setpgid(0, 0) != 0) Fail(plan, ChildError::kSetup, errno);
   // Dies with the thread that spawned it, so a worker killed outright
   // (SIGKILL, the OOM killer) does not leave it running; RunExec's caller
   // blocks until the program is reaped, so that thread outlives it. The
   // job guard (job_guard.h) kills the rest of its process group.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != plan.parent) _exit(127);
+  // Into the job's cgroup before anything can fork.
+  if (plan.cgroup_procs != nullptr) {
+    const int fd = open(plan.cgroup_procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1) Fail(plan, ChildError::kSetup, errno);
+    close(fd);
+  }
   // Default dispositions and no blocked signals: the worker blocks
   // SIGTERM/SIGINT and ignores SIGPIPE, the job must not.
   struct sigaction default_action {};
@@ -132,9 +188,15 @@ struct ChildPlan {
   const int ends[3] = {fcntl(plan.in, F_DUPFD, 3), fcntl(plan.out, F_DUPFD, 3),
                        fcntl(plan.err, F_DUPFD, 3)};
   for (int target = 0; target < 3; ++target) {
-    if (ends[target] < 0 || dup2(ends[target], target) < 0) Fail(plan, errno);
+    if (ends[target] < 0 || dup2(ends[target], target) < 0) {
+      Fail(plan, ChildError::kSetup, errno);
+    }
   }
-  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) Fail(plan, errno);
+  DropPrivileges(plan);
+  // As the job's user, so it may only go where that user may.
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) {
+    Fail(plan, ChildError::kCwd, errno);
+  }
   // Exactly stdin, stdout and stderr reach the program, whatever the
   // worker inherited without close-on-exec: everything above 2 closes at
   // exec (the report pipe too, which is how the parent learns it worked).
@@ -156,7 +218,8 @@ struct ChildPlan {
       break;
     }
   }
-  Fail(plan, denied && (error == ENOENT || error == ENOTDIR) ? EACCES : error);
+  Fail(plan, ChildError::kExec,
+       denied && (error == ENOENT || error == ENOTDIR) ? EACCES : error);
 }
 
 // Candidates returns the paths execvp would try for `program`: itself when
@@ -176,7 +239,36 @@ std::vector<std::string> Candidates(const std::string& program) {
 
 // Spawn starts `spec` with the given ends as fds 0, 1 and 2 and registers
 // its pid (JobPids). Returns the pid or an errno value.
-std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
+// Identity is who a program runs as, where, and in which cgroup.
+struct Identity {
+  std::string cwd;           // "": the worker's own
+  std::string cgroup_procs;  // "": none
+  std::optional<JobUser> user;
+  uid_t uid = 0;  // user->uid + the job's uid slot
+  rlim_t nproc = 0;
+};
+
+std::string StartFailure(const ExecSpec& spec, const Identity& who,
+                         const ChildError& failure) {
+  switch (failure.step) {
+    case ChildError::kCwd:
+      return absl::StrCat("working directory ", who.cwd, ": ",
+                          ErrnoText(failure.error));
+    case ChildError::kExec:
+      return absl::StrCat(spec.argv[0], ": ", ErrnoText(failure.error));
+    case ChildError::kSetup:
+      break;
+  }
+  return absl::StrCat(
+      "cannot set the job up (process group, cgroup, user "
+      "or limits): ",
+      ErrnoText(failure.error));
+}
+
+// Spawn starts `spec` as `who` with the given ends as fds 0, 1 and 2 and
+// registers its pid (JobPids). Returns the pid or why it could not start.
+absl::StatusOr<pid_t> Spawn(const ExecSpec& spec, const Identity& who, int in,
+                            int out, int err) {
   std::vector<char*> argv;
   for (const std::string& arg : spec.argv) {
     argv.push_back(const_cast<char*>(arg.c_str()));
@@ -193,12 +285,20 @@ std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
   envp.push_back(nullptr);
   const std::vector<std::string> paths = Candidates(spec.argv[0]);
   std::optional<Pipe> report = MakePipe();
-  if (!report) return {-1, errno};
+  if (!report)
+    return absl::InternalError(absl::StrCat("pipe: ", ErrnoText(errno)));
   ChildPlan plan{.in = in,
                  .out = out,
                  .err = err,
                  .report = report->write.get(),
-                 .cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str(),
+                 .cwd = who.cwd.empty() ? nullptr : who.cwd.c_str(),
+                 .cgroup_procs = who.cgroup_procs.empty()
+                                     ? nullptr
+                                     : who.cgroup_procs.c_str(),
+                 .drop = who.user.has_value(),
+                 .uid = who.uid,
+                 .gid = who.user ? who.user->gid : 0,
+                 .nproc = who.nproc,
                  .argv = argv.data(),
                  .envp = envp.data(),
                  .parent = getpid()};
@@ -214,21 +314,59 @@ std::pair<pid_t, int> Spawn(const ExecSpec& spec, int in, int out, int err) {
   if (pid == 0) Child(plan);
   const int spawn_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) return {-1, spawn_errno};
+  if (pid < 0) {
+    return absl::InternalError(absl::StrCat("vfork: ", ErrnoText(spawn_errno)));
+  }
   report->write.Reset();
-  int error = 0;
+  ChildError failure{};
   ssize_t n;
-  while ((n = read(report->read.get(), &error, sizeof error)) < 0 &&
+  while ((n = read(report->read.get(), &failure, sizeof failure)) < 0 &&
          errno == EINTR) {
   }
-  if (n == sizeof error) {
+  if (n == sizeof failure) {
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    return {-1, error};
+    return absl::FailedPreconditionError(StartFailure(spec, who, failure));
   }
   internal::JobPids::Add(pid);
-  return {pid, 0};
+  return pid;
 }
+
+// UidSlot is a job's claim on one uid of its JobUser's range, from the
+// start of its program until its last process is gone.
+class UidSlot {
+ public:
+  // Take claims the lowest free slot of `count`, or none.
+  static std::optional<UidSlot> Take(int count) {
+    absl::MutexLock lock(&mu_);
+    std::vector<bool>& used = Used();
+    if (used.size() < static_cast<size_t>(count)) used.resize(count, false);
+    for (int i = 0; i < count; ++i) {
+      if (!used[i]) {
+        used[i] = true;
+        return UidSlot(i);
+      }
+    }
+    return std::nullopt;
+  }
+  UidSlot(UidSlot&& other) noexcept : index_(std::exchange(other.index_, -1)) {}
+  UidSlot& operator=(UidSlot&&) = delete;
+  ~UidSlot() {
+    if (index_ < 0) return;
+    absl::MutexLock lock(&mu_);
+    Used()[index_] = false;
+  }
+  int index() const { return index_; }
+
+ private:
+  explicit UidSlot(int index) : index_(index) {}
+  static std::vector<bool>& Used() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    static auto* used = new std::vector<bool>;  // never destroyed
+    return *used;
+  }
+  static inline absl::Mutex mu_;
+  int index_;
+};
 
 // Output is one of the program's output pipes and the chunk, if any, that
 // waits for the client to make room.
@@ -249,11 +387,14 @@ char* ReadBuffer() {
 // RunningProgram is one program from its start to its reaping.
 class RunningProgram {
  public:
-  RunningProgram(JobContext& ctx, const ExecSpec& spec, pid_t pid, Fd in,
-                 Fd out, Fd err)
+  RunningProgram(JobContext& ctx, const ExecSpec& spec, pid_t pid,
+                 std::string cgroup, Containment* containment, Fd in, Fd out,
+                 Fd err)
       : ctx_(ctx),
         spec_(spec),
         pid_(pid),
+        cgroup_(std::move(cgroup)),
+        containment_(containment),
         pidfd_(static_cast<int>(syscall(SYS_pidfd_open, pid, 0))),
         stdin_(std::move(in)),
         outputs_{Output{OutputStream::kStdout, std::move(out), {}},
@@ -299,14 +440,32 @@ class RunningProgram {
         cancel_reason_ = Failure::kTimeLimitExceeded;
       }
       if (cancel_reason_) {
-        killpg(pid_, SIGTERM);
+        term_sent_ = Signal(SIGTERM);
         kill_at_ = now + ctx_.kill_grace();
       }
     }
     if (cancel_reason_ && !killed_ && now >= kill_at_) {
-      killpg(pid_, SIGKILL);
+      kill_sent_ = Signal(SIGKILL);
       killed_ = true;
     }
+  }
+
+  // Signal sends `signo` to every process of the job: its cgroup's, or its
+  // program, the program's process group and every descendant (whatever
+  // group or session they moved to). Returns how many it reached.
+  int Signal(int signo) {
+    if (!cgroup_.empty()) {
+      std::ifstream procs(cgroup_ + "/cgroup.procs");
+      int reached = 0;
+      for (pid_t pid; procs >> pid;) reached += kill(pid, signo) == 0;
+      return reached;
+    }
+    int reached = 0;
+    for (pid_t pid : Descendants(ProcFs(), pid_))
+      reached += kill(pid, signo) == 0;
+    reached += kill(pid_, signo) == 0;
+    killpg(pid_, signo);
+    return reached;
   }
 
   TimePoint NextTimer() const {
@@ -425,13 +584,26 @@ class RunningProgram {
       if (!known_exited) return;
     }
     // The exited leader still holds its pid, so the group id cannot have
-    // been reused: kill whatever it left behind, then reap it.
+    // been reused: kill whatever it left behind, then reap it, then what
+    // left the group (now re-parented to the worker) or stays in the cgroup.
     killpg(pid_, SIGKILL);
     while (waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
     }
     {
       absl::MutexLock lock(&internal::JobPids::mu);
       internal::JobPids::Remove(pid_);
+    }
+    if (!cgroup_.empty()) {
+      left_killed_ = KillCgroup(cgroup_);
+    } else if (containment_ != nullptr) {
+      left_killed_ = containment_->Sweep();
+    }
+    if (left_killed_ > 0) {
+      LogEvent(
+          spdlog::level::info,
+          absl::StrCat("job ", ctx_.request().job_id, ": killed ", left_killed_,
+                       " processes it left behind"),
+          {{"job_id", ctx_.request().job_id}, {"left_behind", left_killed_}});
     }
     exited_ = true;
   }
@@ -441,17 +613,30 @@ class RunningProgram {
       const char* why = *cancel_reason_ == Failure::kTimeLimitExceeded
                             ? "time limit exceeded"
                             : "cancelled";
-      return JobOutcome::Failed(
-          *cancel_reason_, absl::StrCat(why, "; the process group got SIGTERM",
-                                        killed_ ? " and then SIGKILL" : ""));
+      std::string delivered =
+          absl::StrCat(why, "; SIGTERM sent to ", Processes(term_sent_));
+      if (killed_) {
+        absl::StrAppend(&delivered, ", then SIGKILL to ",
+                        Processes(kill_sent_));
+      }
+      return JobOutcome::Failed(*cancel_reason_, delivered);
     }
     if (WIFSIGNALED(status_)) return JobOutcome::Signaled(WTERMSIG(status_));
     return JobOutcome::Exited(WEXITSTATUS(status_));
   }
 
+  static std::string Processes(int n) {
+    return absl::StrCat(n, n == 1 ? " process" : " processes");
+  }
+
   JobContext& ctx_;
   const ExecSpec& spec_;
   const pid_t pid_;
+  const std::string cgroup_;        // "": none
+  Containment* const containment_;  // may be null
+  int term_sent_ = 0;
+  int kill_sent_ = 0;
+  int left_killed_ = 0;
   Fd pidfd_;
   Fd stdin_;
   size_t stdin_written_ = 0;
@@ -466,7 +651,7 @@ class RunningProgram {
 
 }  // namespace
 
-JobOutcome RunExec(JobContext& ctx) {
+JobOutcome RunExec(JobContext& ctx, const ExecOptions& options) {
   const ExecSpec* found = FindExec(ctx.request());
   if (found == nullptr) {
     return JobOutcome::Failed(Failure::kStartFailed,
@@ -490,23 +675,46 @@ JobOutcome RunExec(JobContext& ctx) {
           absl::StrCat("working directory ", spec.cwd, ": ", problem));
     }
   }
-  std::optional<Pipe> in = MakePipe(), out = MakePipe(), err = MakePipe();
-  if (!in || !out || !err) {
-    return JobOutcome::Failed(Failure::kStartFailed,
-                              absl::StrCat("pipe: ", ErrnoText(errno)));
+  Identity who{.cwd = spec.cwd.empty() ? options.default_cwd : spec.cwd,
+               .user = options.user,
+               .nproc = options.nproc};
+  const std::optional<UidSlot> slot =
+      options.user ? UidSlot::Take(options.user->uids) : std::nullopt;
+  if (options.user) {
+    if (!slot) {
+      return JobOutcome::Failed(
+          Failure::kStartFailed,
+          absl::StrCat("no uid of ", options.user->name, " is free: all ",
+                       options.user->uids, " are in use"));
+    }
+    who.uid = options.user->uid + static_cast<uid_t>(slot->index());
   }
-  auto [pid, error] =
-      Spawn(spec, in->read.get(), out->write.get(), err->write.get());
-  if (error != 0) {
-    return JobOutcome::Failed(
-        Failure::kStartFailed,
-        absl::StrCat(spec.argv[0], ": ", ErrnoText(error)));
+  std::string cgroup;
+  if (options.containment != nullptr) {
+    absl::StatusOr<std::string> made = options.containment->JobCgroup();
+    if (!made.ok()) {
+      return JobOutcome::Failed(Failure::kStartFailed,
+                                std::string(made.status().message()));
+    }
+    cgroup = *made;
+    if (!cgroup.empty()) who.cgroup_procs = cgroup + "/cgroup.procs";
+  }
+  std::optional<Pipe> in = MakePipe(), out = MakePipe(), err = MakePipe();
+  absl::StatusOr<pid_t> pid =
+      in && out && err
+          ? Spawn(spec, who, in->read.get(), out->write.get(), err->write.get())
+          : absl::InternalError(absl::StrCat("pipe: ", ErrnoText(errno)));
+  if (!pid.ok()) {
+    if (!cgroup.empty()) KillCgroup(cgroup);
+    return JobOutcome::Failed(Failure::kStartFailed,
+                              std::string(pid.status().message()));
   }
   in->read.Reset();
   out->write.Reset();
   err->write.Reset();
-  return RunningProgram(ctx, spec, pid, std::move(in->write),
-                        std::move(out->read), std::move(err->read))
+  return RunningProgram(ctx, spec, *pid, cgroup, options.containment,
+                        std::move(in->write), std::move(out->read),
+                        std::move(err->read))
       .Wait();
 }
 

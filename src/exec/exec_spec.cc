@@ -64,6 +64,11 @@ absl::Status ValidateExec(const JobRequest& request) {
   return absl::OkStatus();
 }
 
-JobKind ExecKind() { return JobKind{.validate = ValidateExec, .run = RunExec}; }
+JobKind ExecKind(ExecOptions options) {
+  return JobKind{.validate = ValidateExec,
+                 .run = [options = std::move(options)](JobContext& ctx) {
+                   return RunExec(ctx, options);
+                 }};
+}
 
 }  // namespace cfdb::worker

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/errno_text.h"
+#include "exec/cgroup.h"
 #include "exec/job_pids.h"
 
 namespace cfdb::worker {
@@ -21,7 +22,7 @@ namespace {
 
 // Guard is the guard process's whole life: read records until end of file,
 // then kill what is left.
-[[noreturn]] void Guard(int fd) {
+[[noreturn]] void Guard(int fd, const std::string& jobs_cgroup) {
   setsid();
   prctl(PR_SET_NAME, "cfdb-job-guard");
   for (int signo : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) signal(signo, SIG_IGN);
@@ -46,6 +47,11 @@ namespace {
     }
   }
   for (pid_t group : groups) kill(-group, SIGKILL);
+  // Under cgroup containment the worker's jobs, and the worker, were in
+  // this subtree: end what is left of it and remove it.
+  if (!jobs_cgroup.empty() && access(jobs_cgroup.c_str(), F_OK) == 0) {
+    KillCgroup(jobs_cgroup);
+  }
   _exit(0);
 }
 
@@ -57,6 +63,11 @@ absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
     return absl::InternalError(
         absl::StrCat("job guard: pipe: ", ErrnoText(errno)));
   }
+  // Where the worker's jobs' cgroups will be, if it uses them (the guard
+  // stays in the worker's present cgroup).
+  absl::StatusOr<std::string> own = OwnCgroupDir();
+  const std::string jobs_cgroup =
+      own.ok() ? JobsCgroupRoot(*own, getpid()) : "";
   const pid_t pid = fork();
   if (pid < 0) {
     const int error = errno;
@@ -65,22 +76,17 @@ absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
     return absl::InternalError(
         absl::StrCat("job guard: fork: ", ErrnoText(error)));
   }
-  if (pid == 0) Guard(fds[0]);
+  if (pid == 0) Guard(fds[0], jobs_cgroup);
   close(fds[0]);
   absl::MutexLock lock(&internal::JobPids::mu);
   internal::JobPids::SetGuard(fds[1]);
-  return std::unique_ptr<JobGuard>(new JobGuard(pid, fds[1]));
+  return std::unique_ptr<JobGuard>(new JobGuard(pid));
 }
 
-JobGuard::~JobGuard() {
-  {
-    absl::MutexLock lock(&internal::JobPids::mu);
-    internal::JobPids::SetGuard(-1);
-  }
-  close(fd_);
-  // The orphan reaper may have reaped it already (ECHILD).
-  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-  }
-}
+// The descriptor stays open: the guard sees its end of file when this
+// process exits, whatever way, and cleans up then (were it to go now, it
+// would end the worker itself, which under cgroups is in the subtree it
+// removes).
+JobGuard::~JobGuard() = default;
 
 }  // namespace cfdb::worker

@@ -7,12 +7,12 @@
 // reaches it), holding the read end of a pipe. The worker writes each job's
 // process group to it as the job starts and again as it ends (JobPids).
 // When the pipe reaches end of file, which the kernel makes happen when the
-// worker's last descriptor closes, the guard sends SIGKILL to every group
-// still registered and exits. A job's program also dies with the thread
-// that started it (PR_SET_PDEATHSIG, see exec.cc), which covers the program
-// itself even without a guard; the guard covers the rest of its group.
-// What left the group (setsid, setpgid) is contained by the job sandbox,
-// not by the guard.
+// worker exits, the guard sends SIGKILL to every group still registered,
+// ends and removes the jobs' cgroup subtree if there is one, and exits. A job's
+// program also dies with the thread that started it (PR_SET_PDEATHSIG, see
+// exec.cc), which covers the program itself even without a guard; the guard
+// covers the rest of its group. What left the group (setsid, setpgid) is
+// contained by the job sandbox, not by the guard.
 #pragma once
 
 #include <sys/types.h>
@@ -30,8 +30,7 @@ class JobGuard {
   // on from there. INTERNAL if the pipe or the fork fails.
   static absl::StatusOr<std::unique_ptr<JobGuard>> Start();
 
-  // Tells the guard the worker is done (no job is left to kill) and reaps
-  // it.
+  // Leaves the guard running: it ends when this process does.
   ~JobGuard();
   JobGuard(const JobGuard&) = delete;
   JobGuard& operator=(const JobGuard&) = delete;
@@ -39,9 +38,8 @@ class JobGuard {
   pid_t pid() const { return pid_; }
 
  private:
-  JobGuard(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
+  explicit JobGuard(pid_t pid) : pid_(pid) {}
   const pid_t pid_;
-  const int fd_;
 };
 
 }  // namespace cfdb::worker

@@ -58,8 +58,8 @@ TEST_F(Pid1Test, ReapsOrphansAndLeavesNothingBehind) {
 
   // A job that leaves a background grandchild in its group (killed, then an
   // orphan zombie for PID 1 to reap), and one that escapes with setsid
-  // (left running until the namespace ends); the job waits for the escapee
-  // to say it has its own session before it exits.
+  // (killed too: it belongs to no running job); the job waits for the
+  // escapee to say it has its own session before it exits.
   for (const char* script :
        {"sleep 2727 & echo $!",
         "setsid -f sh -c 'echo ok; exec sleep 2828 >/dev/null' | head -n1"}) {
@@ -96,7 +96,8 @@ TEST_F(Pid1Test, ReapsOrphansAndLeavesNothingBehind) {
       "sleep\0"
       "2828\0",
       11);
-  EXPECT_EQ(ProcessesRunning(escaped), 1) << "the setsid escapee still runs";
+  EXPECT_EQ(ProcessesRunning(escaped), 0)
+      << "the setsid escapee ended with its job";
 
   ASSERT_TRUE((*connection)->Stop(seconds(5), kTimeout).ok());
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));

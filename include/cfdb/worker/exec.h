@@ -5,12 +5,17 @@
 //   MutableExec(request).argv = {"sha256sum"};
 #pragma once
 
+#include <sys/resource.h>
+#include <sys/types.h>
+
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "cfdb/worker/clock.h"
+#include "cfdb/worker/containment.h"
 #include "cfdb/worker/job.h"
 #include "cfdb/worker/worker.h"
 
@@ -30,6 +35,34 @@ struct ExecSpec {
   Duration time_limit = Duration::zero();  // zero: no limit
 };
 
+// JobUser is who jobs run as. Each job running at once gets a uid of its
+// own, from `uid` to `uid + uids - 1`, all with group `gid`, so that one
+// job's processes can neither signal, trace nor read another's, nor use up
+// its process budget.
+struct JobUser {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  int uids = 1;
+  std::string name;  // for messages
+};
+
+// ExecOptions is how the exec kind runs programs.
+struct ExecOptions {
+  // Unset: programs run as the worker. Set: as that user, with no
+  // supplementary group, no capability and no_new_privs; the worker needs
+  // CAP_SETUID and CAP_SETGID (and CAP_KILL to signal them).
+  std::optional<JobUser> user;
+  // RLIMIT_NPROC of each job's uid, so a fork loop stops at it (0: the
+  // worker's own limit).
+  rlim_t nproc = 0;
+  // The working directory of a job whose request names none ("": the
+  // worker's own).
+  std::string default_cwd;
+  // Not owned; must outlive every job. Null: a job's process group is
+  // killed at its end, and nothing more.
+  Containment* containment = nullptr;
+};
+
 // FindExec returns the request's ExecSpec, or null if it carries none.
 const ExecSpec* FindExec(const JobRequest& request);
 // MutableExec returns the request's ExecSpec, making an empty one first if
@@ -45,27 +78,30 @@ absl::Status ValidateExec(const JobRequest& request);
 // RunExec runs the request's ExecSpec: the program starts (vfork + execve,
 // no shell) in a new process group with the given environment, working
 // directory and standard input, default signal dispositions, no blocked
-// signal and no descriptor but 0, 1 and 2; it dies with the calling thread
-// (PR_SET_PDEATHSIG), which RunExec keeps until the program is reaped. Its
+// signal and no descriptor but 0, 1 and 2, as `options.user` if set, in a
+// cgroup of its own where `options.containment` uses cgroups; it dies with
+// the calling thread (PR_SET_PDEATHSIG), which RunExec keeps until the
+// program is reaped. Its
 // stdout and stderr are read as they come and passed to ctx.Emit in chunks
 // of at most 1 MiB (what the pipe holds when read); while Emit blocks (the
 // client reads slowly) the pipes are not read, so the program blocks too and
 // the worker's memory stays bounded.
 //
-// Cancellation (ctx cancelled, or the time limit passed) sends SIGTERM to the
-// process group, then SIGKILL after ctx.kill_grace(). When the program exits,
-// whatever is left of its process group is killed with SIGKILL; the program
-// is always reaped. Output written after the program exits by a grandchild
-// that escaped the group is not collected.
+// Cancellation (ctx cancelled, or the time limit passed) sends SIGTERM to
+// the job's processes (its cgroup's; or the program, its process group and
+// its descendants), then SIGKILL after ctx.kill_grace(); the outcome says
+// how many each reached. When the program exits, what is left of the job is
+// killed (see containment.h); the program is always reaped. Output written
+// after the program exits by a process it left is not collected.
 //
 // Returns Exited/Signaled when the program ended by itself; Failed with
 // kStartFailed (reason from errno, e.g. "No such file or directory"),
 // kCancelled or kTimeLimitExceeded otherwise. Thread-safe: each call is
 // independent. Blocks SIGPIPE in the calling thread.
-JobOutcome RunExec(JobContext& ctx);
+JobOutcome RunExec(JobContext& ctx, const ExecOptions& options = {});
 
-// ExecKind returns the exec kind, {ValidateExec, RunExec}, for
-// Worker::RegisterKind.
-JobKind ExecKind();
+// ExecKind returns the exec kind, {ValidateExec, RunExec with `options`},
+// for Worker::RegisterKind.
+JobKind ExecKind(ExecOptions options = {});
 
 }  // namespace cfdb::worker

@@ -1,0 +1,92 @@
+// Containment: how every process a job starts is made to end with the job,
+// whatever it does to its process group or session.
+//
+//   auto containment = Containment::Start(ContainmentMode::kAuto);
+//   worker.RegisterKind(kExecKind, ExecKind({.containment =
+//   containment->get()}));
+//
+// Two mechanisms, the strongest the host allows:
+// - cgroup: a cgroup v2 per job, under a subtree the worker may write (root,
+//   systemd's Delegate=yes, a container with a writable cgroup namespace).
+//   The kernel keeps every descendant in it, whatever setsid, setpgid or a
+//   double fork do, and cgroup.kill (Linux 5.14) ends them all at once.
+// - subreaper: everywhere else (Fargate included). The worker is a child
+//   subreaper (PR_SET_CHILD_SUBREAPER), so a process whose parent died is
+//   re-parented to it, and the sweep kills any such process that belongs to
+//   no running job (its process group is no running job's) at once, even
+//   while its job still runs; at a job's end the job's program, its process
+//   group and every descendant still attached are killed. What it cannot
+//   see: a descendant of a running job that left the group while its parent
+//   still lives, until the parent dies or the job ends.
+// Both reap every zombie re-parented to the worker (it may be PID 1).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "cfdb/worker/clock.h"
+#include "cfdb/worker/shutdown.h"
+
+namespace cfdb::worker {
+
+enum class ContainmentMode {
+  kAuto,       // a cgroup where one can be made, else the subreaper
+  kCgroup,     // a cgroup or a startup error
+  kSubreaper,  // the subreaper only
+};
+
+// Containment is process-wide: make one, at startup. Thread-safe.
+class Containment {
+ public:
+  // Start makes the worker a child subreaper, and with kAuto or kCgroup a
+  // cgroup subtree for jobs (cfdb-jobs-<pid> under the worker's cgroup,
+  // the worker itself moved into its leaf "worker"). Call before dropping
+  // privileges, and with one thread. INTERNAL if the kernel refuses the
+  // subreaper; FAILED_PRECONDITION for kCgroup where no cgroup can be made
+  // (saying why).
+  static absl::StatusOr<std::unique_ptr<Containment>> Start(
+      ContainmentMode mode);
+
+  // StartSweeping sweeps every `interval` on a thread of its own (call
+  // once, after dropping privileges).
+  void StartSweeping(Duration interval = std::chrono::milliseconds(500));
+
+  // Stops the thread and sweeps a last time. The cgroup subtree, which
+  // holds the worker itself, goes when the worker is gone (the job guard
+  // removes it).
+  ~Containment();
+  Containment(const Containment&) = delete;
+  Containment& operator=(const Containment&) = delete;
+
+  // uses_cgroups tells which mechanism is active; Describe says it and what
+  // it guarantees, for the startup log.
+  bool uses_cgroups() const { return !root_.empty(); }
+  std::string Describe() const;
+
+  // JobCgroup makes an empty cgroup for one job and returns its directory
+  // ("" under the subreaper). INTERNAL if it cannot be made.
+  absl::StatusOr<std::string> JobCgroup();
+
+  // Sweep kills what jobs left behind (under the subreaper: see Leftovers
+  // in exec/process_table.h, with every descendant) and reaps every exited
+  // child that is not a running job's program. Returns how many processes
+  // it killed.
+  int Sweep();
+
+  // Spare keeps `pid` (the job guard) out of every sweep.
+  void Spare(pid_t pid);
+
+ private:
+  explicit Containment(std::string root);
+
+  const std::string root_;  // the jobs' cgroup subtree, "" without one
+  Shutdown stop_;
+  std::thread thread_;
+};
+
+}  // namespace cfdb::worker

@@ -1,0 +1,90 @@
+#include "exec/cgroup.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace cfdb::worker {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// RemoveTree removes the cgroup at `dir` and every cgroup below it,
+// deepest first (a cgroup directory goes with rmdir, never unlink).
+void RemoveTree(const std::filesystem::path& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (entry.is_directory(error)) RemoveTree(entry.path());
+  }
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+
+// OwnCgroupDir returns the directory of this process's cgroup v2: the
+// cgroup2 mount (/proc/self/mountinfo) joined with the path of the "0::"
+// line of /proc/self/cgroup.
+absl::StatusOr<std::string> OwnCgroupDir() {
+  std::string mount;
+  std::istringstream mounts(ReadFile("/proc/self/mountinfo"));
+  for (std::string line; std::getline(mounts, line);) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE SOURCE ...
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos ||
+        !absl::StartsWith(line.substr(dash + 3), "cgroup2 ")) {
+      continue;
+    }
+    std::vector<std::string> fields = absl::StrSplit(line, ' ');
+    if (fields.size() > 4) mount = fields[4];
+    break;
+  }
+  if (mount.empty())
+    return absl::FailedPreconditionError("no cgroup v2 is mounted");
+  std::istringstream groups(ReadFile("/proc/self/cgroup"));
+  for (std::string line; std::getline(groups, line);) {
+    if (absl::StartsWith(line, "0::")) return mount + line.substr(3);
+  }
+  return absl::FailedPreconditionError("this process is in no cgroup v2");
+}
+
+std::string JobsCgroupRoot(const std::string& own_dir, pid_t worker) {
+  std::string root = absl::StrCat(own_dir, "/cfdb-jobs-", worker);
+  for (size_t at; (at = root.find("//")) != std::string::npos;)
+    root.erase(at, 1);
+  return root;
+}
+
+int KillCgroup(const std::string& dir) {
+  std::istringstream procs(ReadFile(dir + "/cgroup.procs"));
+  int held = 0;
+  for (pid_t pid; procs >> pid;) ++held;
+  std::ofstream(dir + "/cgroup.kill") << "1";
+  // SIGKILL is delivered at once, but processes take a moment to exit; the
+  // directory can go only once the cgroup is empty.
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (ReadFile(dir + "/cgroup.events").find("populated 1") !=
+             std::string::npos &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  RemoveTree(dir);
+  return held;
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,26 @@
+// Cgroup v2 files, for containment (containment.h) and the job guard.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cfdb::worker {
+
+// OwnCgroupDir returns the directory of this process's cgroup v2 (the
+// cgroup2 mount joined with the "0::" line of /proc/self/cgroup).
+// FAILED_PRECONDITION when there is none.
+absl::StatusOr<std::string> OwnCgroupDir();
+
+// JobsCgroupRoot returns where a worker of pid `worker`, in the cgroup
+// `own_dir`, keeps its jobs' cgroups: <own_dir>/cfdb-jobs-<worker>.
+std::string JobsCgroupRoot(const std::string& own_dir, pid_t worker);
+
+// KillCgroup ends every process of the cgroup at `dir` and its descendants
+// (cgroup.kill), waits until it is empty (up to 5 s) and removes it with
+// every cgroup below it. Returns how many processes the cgroup itself held.
+int KillCgroup(const std::string& dir);
+
+}  // namespace cfdb::worker

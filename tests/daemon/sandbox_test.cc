@@ -1,0 +1,423 @@
+// The job sandbox, on real daemons run as root (as the image runs them):
+// jobs of another user cannot reach the worker's secrets or the worker; no
+// process a job starts outlives it, whatever it does to its process group
+// or session, under either containment; one job's leftovers cannot touch
+// the next job; a fork loop cannot starve the worker or another job.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/exec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "support/daemon.h"
+#include "support/test_job.h"
+#include "support/test_pki.h"
+#include "support/wait_for.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Daemon;
+using testing::ExecRequest;
+using ::testing::HasSubstr;
+using testing::WaitFor;
+
+constexpr auto kTimeout = seconds(60);
+// The job user's first uid: it needs no entry in the user database.
+constexpr char kJobUser[] = "20000";
+
+TimePoint Now() { return std::chrono::steady_clock::now(); }
+
+class SandboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "jobs of another user need root";
+  }
+};
+
+// RunJob dispatches `argv` and returns its stdout, or the failure.
+std::string RunJob(WorkerConnection& connection, std::vector<std::string> argv,
+                   std::optional<JobOutcome>* outcome = nullptr) {
+  std::string out;
+  absl::StatusOr<JobOutcome> result = connection.Dispatch(
+      ExecRequest(std::move(argv)),
+      {.on_output = [&](OutputStream, std::string_view d) { out.append(d); }},
+      kTimeout);
+  if (!result.ok()) return "dispatch failed: " + result.status().ToString();
+  if (outcome != nullptr) *outcome = *result;
+  return out;
+}
+
+std::unique_ptr<WorkerConnection> Connect(const Daemon& daemon) {
+  auto connection =
+      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  EXPECT_TRUE(connection.ok());
+  return *std::move(connection);
+}
+
+// A job runs without privileges, with exactly fds 0-2, and can reach
+// neither the credentials, nor the worker, nor PID 1's environment.
+TEST_F(SandboxTest, AJobReachesNoSecretAndNotTheWorker) {
+  testing::TestPki pki;
+  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  std::filesystem::permissions(pki.dir(), std::filesystem::perms(0755));
+  for (const std::string& file : {pki.ca().cert, worker.cert, worker.key}) {
+    chmod(file.c_str(), 0600);
+  }
+  // The daemon starts with an extra descriptor it inherited without
+  // close-on-exec, as a careless launcher leaves them.
+  Daemon daemon(
+      {"--job-user", kJobUser, "--tls-ca", pki.ca().cert, "--tls-cert",
+       worker.cert, "--tls-key", worker.key, "--idle-timeout-seconds", "0"},
+      {"sh", "-c", "exec 7</dev/null; exec \"$@\"", "sh"});
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  auto connection = WorkerConnection::Open(
+      absl::StrCat("127.0.0.1:", daemon.port()), pki.Mtls(worker));
+  ASSERT_TRUE(connection.ok());
+  const std::string pid = absl::StrCat(daemon.pid());
+  const std::string script = absl::StrCat(
+      "id -u; ls /proc/self/fd | tr '\\n' ' '; echo;"
+      "grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status;"
+      "for f in ",
+      worker.key, " ", pki.ca().cert, " /proc/1/environ /proc/", pid,
+      "/environ /proc/", pid,
+      "/mem; do cat $f >/dev/null 2>&1 && echo read:$f;"
+      " done;"
+      "(echo x >> ",
+      pki.ca().cert,
+      ") 2>/dev/null && echo wrote-ca;"
+      "kill -0 ",
+      pid,
+      " 2>/dev/null && echo signalled;"
+      "python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); "
+      "sys.exit(0 if l.ptrace(16,",
+      pid,
+      ",0,0)==0 else 1)' && echo traced;"
+      "pwd");
+  std::optional<JobOutcome> outcome;
+  const std::string out = RunJob(**connection, {"sh", "-c", script}, &outcome);
+  EXPECT_EQ(outcome, JobOutcome::Exited(0)) << out;
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  ASSERT_GE(lines.size(), 5u) << out;
+  EXPECT_EQ(lines[0], "20000") << "a job runs as the job user";
+  EXPECT_EQ(lines[1], "0 1 2 3 ") << "fds 0-2, and the one ls opens";
+  EXPECT_THAT(out, HasSubstr("CapPrm:\t0000000000000000"));
+  EXPECT_THAT(out, HasSubstr("CapEff:\t0000000000000000"));
+  EXPECT_THAT(out, HasSubstr("NoNewPrivs:\t1"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("read:")))
+      << "no secret is readable";
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("wrote-ca")));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("signalled")));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("traced")));
+  EXPECT_EQ(lines[lines.size() - 2], "/tmp") << "a directory the job may use";
+  EXPECT_TRUE((*connection)->Stop(Duration::zero(), kTimeout).ok());
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+}
+
+TEST_F(SandboxTest, WithoutAJobUserTheWorkerSaysJobsShareItsIdentity) {
+  Daemon daemon(
+      {"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds", "0.2"});
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("jobs run as the worker's own user"));
+  EXPECT_THAT(daemon.log(), HasSubstr("job containment:"));
+}
+
+TEST_F(SandboxTest, ACredentialFileOthersMayReadIsNamed) {
+  testing::TestPki pki;
+  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  chmod(worker.key.c_str(), 0644);
+  Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                 "--tls-key", worker.key, "--idle-timeout-seconds", "0",
+                 "--max-lifetime-seconds", "0.5"});
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(
+      daemon.log(),
+      HasSubstr(worker.key + " is readable by group or others (mode 0644)"));
+}
+
+// LiveWith returns how many live processes have `marker` as an argument.
+int LiveWith(const std::string& marker) {
+  int n = 0;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc", error)) {
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string text((std::istreambuf_iterator<char>(cmdline)),
+                     std::istreambuf_iterator<char>());
+    if (text.find(marker) == std::string::npos) continue;
+    std::ifstream status(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(status)),
+                     std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos && stat.substr(close + 2, 1) != "Z") ++n;
+  }
+  return n;
+}
+
+enum class Escape { kJoinWorkerGroup, kOwnGroup, kSession, kDoubleFork };
+enum class End { kExit, kClientCancel, kTimeLimit, kStop, kLifetime };
+enum class Mode { kSubreaper, kCgroup };
+
+// EscapeJob is a job that starts a `sleep MARKER` which escapes its job as
+// `how`, says "escaped", and then exits (kExit) or waits to be ended.
+std::vector<std::string> EscapeJob(Escape how, bool exit,
+                                   const std::string& marker) {
+  const char* move =
+      how == Escape::kJoinWorkerGroup ? "os.setpgid(0, worker_group)"
+      : how == Escape::kOwnGroup      ? "os.setpgid(0, 0)"
+      : how == Escape::kSession       ? "os.setsid()"
+                                : "os.fork() and os._exit(0); os.setsid()";
+  return {"python3", "-c",
+          absl::StrCat("import os, sys, time\n"
+                       "worker_group = os.getpgid(os.getppid())\n"
+                       "if os.fork() == 0:\n"
+                       "    ",
+                       move,
+                       "\n"
+                       "    os.execvp('sleep', ['sleep', '",
+                       marker,
+                       "'])\n"
+                       "time.sleep(0.3)\n"
+                       "print('escaped', flush=True)\n",
+                       exit ? "sys.exit(0)\n" : "time.sleep(1000)\n")};
+}
+
+struct Row {
+  Mode mode;
+  Escape escape;
+  End end;
+};
+
+std::string Name(const Row& row) {
+  static const char* escapes[] = {"JoinWorkerGroup", "OwnGroup", "Session",
+                                  "DoubleFork"};
+  static const char* ends[] = {"Exit", "ClientCancel", "TimeLimit", "Stop",
+                               "Lifetime"};
+  return absl::StrCat(row.mode == Mode::kCgroup ? "Cgroup" : "Subreaper",
+                      escapes[static_cast<int>(row.escape)], "Then",
+                      ends[static_cast<int>(row.end)]);
+}
+
+class EscapeTest : public ::testing::TestWithParam<Row> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "jobs of another user need root";
+  }
+};
+
+// {join the worker's group, a group of its own, a session of its own, a
+// double fork + setsid} x {exits, client cancels, time limit, Stop(0),
+// lifetime drain}: nothing of the job is left a second after its end, and
+// a cancelled job's outcome says what was sent.
+TEST_P(EscapeTest, NothingOfTheJobOutlivesIt) {
+  const Row row = GetParam();
+  static int counter = 0;
+  const std::string marker = absl::StrCat("4242.", getpid(), ++counter);
+  std::vector<std::string> args = {
+      "--job-user",
+      kJobUser,
+      "--idle-timeout-seconds",
+      "0",
+      "--task-kill-grace-seconds",
+      "1",
+      "--job-containment",
+      row.mode == Mode::kCgroup ? "cgroup" : "subreaper"};
+  if (row.end == End::kLifetime) {
+    args.insert(args.end(), {"--max-lifetime-seconds", "3",
+                             "--max-lifetime-grace-seconds", "1"});
+  }
+  const TimePoint started = Now();
+  Daemon daemon(args);
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  auto connection = Connect(daemon);
+  JobRequest request =
+      ExecRequest(EscapeJob(row.escape, row.end == End::kExit, marker));
+  if (row.end == End::kTimeLimit) MutableExec(request).time_limit = seconds(2);
+  absl::Notification escaped;
+  absl::StatusOr<JobOutcome> outcome;
+  std::thread client([&] {
+    outcome = connection->Dispatch(
+        request,
+        {.on_output =
+             [&](OutputStream, std::string_view d) {
+               if (d.find("escaped") != d.npos && !escaped.HasBeenNotified())
+                 escaped.Notify();
+             }},
+        row.end == End::kClientCancel ? seconds(2) : kTimeout);
+  });
+  ASSERT_TRUE(escaped.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << daemon.log();
+  if (row.end == End::kStop) {
+    EXPECT_TRUE(connection->Stop(Duration::zero(), kTimeout).ok());
+  }
+  client.join();
+  const TimePoint ended = Now();
+  EXPECT_TRUE(WaitFor([&] { return LiveWith(marker) == 0; }, seconds(1)))
+      << LiveWith(marker) << " escaped processes still live, " << Name(row)
+      << "\n"
+      << daemon.log();
+  switch (row.end) {
+    case End::kExit:
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      EXPECT_EQ(*outcome, JobOutcome::Exited(0));
+      break;
+    case End::kClientCancel:
+      EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDeadlineExceeded)
+          << outcome.status();
+      break;
+    case End::kTimeLimit:
+    case End::kStop:
+    case End::kLifetime:
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      EXPECT_EQ(outcome->kind, JobOutcome::Kind::kFailed);
+      EXPECT_THAT(outcome->message, ::testing::ContainsRegex(
+                                        "SIGTERM sent to [1-9][0-9]* process"));
+      break;
+  }
+  if (row.end == End::kLifetime) {
+    EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+    EXPECT_LT(ToSeconds(Now() - started), 6)
+        << "lifetime 3 s + grace 1 s + kill grace 1 s";
+  } else if (row.end != End::kStop) {
+    EXPECT_TRUE(connection->Stop(Duration::zero(), kTimeout).ok());
+  }
+  (void)ended;
+}
+
+std::vector<Row> Rows() {
+  std::vector<Row> rows;
+  for (Escape escape : {Escape::kJoinWorkerGroup, Escape::kOwnGroup,
+                        Escape::kSession, Escape::kDoubleFork}) {
+    for (End end : {End::kExit, End::kClientCancel, End::kTimeLimit, End::kStop,
+                    End::kLifetime}) {
+      rows.push_back({Mode::kSubreaper, escape, end});
+    }
+    // Under cgroups the kernel holds every descendant: the exit and the
+    // time limit show both ways of ending.
+    rows.push_back({Mode::kCgroup, escape, End::kExit});
+    rows.push_back({Mode::kCgroup, escape, End::kTimeLimit});
+  }
+  return rows;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, EscapeTest, ::testing::ValuesIn(Rows()),
+                         [](const auto& p) { return Name(p.param); });
+
+// A first job leaves a process behind that would read the next job's
+// environment and steal its stdin; the next job, from another client,
+// runs clean: its output is exactly its own.
+TEST_F(SandboxTest, ALeftoverCannotTouchTheNextJob) {
+  for (Escape escape : {Escape::kJoinWorkerGroup, Escape::kOwnGroup,
+                        Escape::kSession, Escape::kDoubleFork}) {
+    Daemon daemon({"--job-user", kJobUser, "--idle-timeout-seconds", "0",
+                   "--max-concurrent-tasks", "1", "--job-containment",
+                   "subreaper"});
+    ASSERT_GT(daemon.pid(), 0) << daemon.log();
+    const std::string stolen = absl::StrCat("/tmp/cfdb-stolen-", getpid(), "-",
+                                            static_cast<int>(escape));
+    std::filesystem::remove(stolen);
+    // The attacker: escapes, then for 5 s reads every environment and
+    // stdin it can and writes into every stdout it can.
+    const std::string spy = absl::StrCat(
+        "import glob, os, time\n"
+        "end = time.time() + 5\n"
+        "while time.time() < end:\n"
+        "    for p in glob.glob('/proc/[0-9]*'):\n"
+        "        try:\n"
+        "            e = open(p + '/environ', 'rb').read()\n"
+        "            if b'SECRET=' in e: open('",
+        stolen,
+        "', 'ab').write(e)\n"
+        "            os.write(os.open(p + '/fd/1', os.O_WRONLY), b'forged!')\n"
+        "            os.read(os.open(p + '/fd/0', os.O_RDONLY | "
+        "os.O_NONBLOCK), 100)\n"
+        "        except Exception:\n"
+        "            pass\n"
+        "    time.sleep(0.01)\n");
+    std::vector<std::string> first = EscapeJob(escape, true, "4243");
+    // The escaped process runs the spy instead of sleeping.
+    first[2].replace(
+        first[2].find("os.execvp('sleep', ['sleep', '4243'])"),
+        std::string("os.execvp('sleep', ['sleep', '4243'])").size(),
+        absl::StrCat("exec(", "'''", spy, "'''", ")"));
+    auto attacker = Connect(daemon);
+    EXPECT_EQ(RunJob(*attacker, first), "escaped\n");
+    auto victim = Connect(daemon);
+    JobRequest request = ExecRequest(
+        {"sh", "-c",
+         "read line; sleep 0.5; echo \"got:$line\"; echo \"$SECRET\""});
+    MutableExec(request).env["SECRET"] = "s3cr3t";
+    MutableExec(request).stdin_data = "private\n";
+    std::string out;
+    absl::StatusOr<JobOutcome> outcome = victim->Dispatch(
+        request,
+        {.on_output = [&](OutputStream, std::string_view d) { out.append(d); }},
+        kTimeout);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_EQ(*outcome, JobOutcome::Exited(0));
+    EXPECT_EQ(out, "got:private\ns3cr3t\n")
+        << "escape " << static_cast<int>(escape);
+    EXPECT_FALSE(std::filesystem::exists(stolen)) << "the environment was read";
+    EXPECT_TRUE(victim->Stop(Duration::zero(), kTimeout).ok());
+    EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  }
+}
+
+// A job forking without end stops at its uid's process budget; another
+// job (another uid) still starts, and SIGTERM still ends the worker.
+TEST_F(SandboxTest, AForkLoopStarvesNeitherTheWorkerNorAnotherJob) {
+  Daemon daemon({"--job-user", kJobUser, "--job-nproc", "40",
+                 "--idle-timeout-seconds", "0", "--max-concurrent-tasks", "2",
+                 "--task-kill-grace-seconds", "1"});
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  auto hog = Connect(daemon);
+  absl::Notification limited;
+  std::thread loop([&] {
+    (void)hog->Dispatch(ExecRequest({"python3", "-c",
+                                     "import os, time\n"
+                                     "n = 0\n"
+                                     "try:\n"
+                                     "    while n < 10000:\n"
+                                     "        if os.fork() == 0:\n"
+                                     "            time.sleep(1000)\n"
+                                     "        n += 1\n"
+                                     "except OSError:\n"
+                                     "    print('limited at', n, flush=True)\n"
+                                     "time.sleep(1000)\n"}),
+                        {.on_output =
+                             [&](OutputStream, std::string_view d) {
+                               if (d.find("limited") != d.npos)
+                                 limited.Notify();
+                             }},
+                        kTimeout);
+  });
+  ASSERT_TRUE(limited.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  auto other = Connect(daemon);
+  std::optional<JobOutcome> outcome;
+  EXPECT_EQ(RunJob(*other, {"sh", "-c", "echo ok"}, &outcome), "ok\n");
+  EXPECT_EQ(outcome, JobOutcome::Exited(0));
+  const TimePoint signalled = Now();
+  ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_LT(ToSeconds(Now() - signalled), 1 + 5 + 2.0)
+      << "kill grace + open calls + margin";
+  loop.join();
+}
+
+}  // namespace
+}  // namespace cfdb::worker
