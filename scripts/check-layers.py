@@ -18,7 +18,7 @@ LAYERS = ["core", "exec", "rpc", "daemon"]
 PUBLIC = {
     "clock.h": "core", "shutdown.h": "core", "docket.h": "core",
     "drain.h": "core", "job.h": "core", "worker.h": "core",
-    "exec.h": "exec",
+    "exec.h": "exec", "containment.h": "exec",
     "server.h": "rpc", "connection.h": "rpc", "credentials.h": "rpc",
     "errors.h": "rpc",
 }

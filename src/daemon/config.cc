@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -100,6 +101,18 @@ const Knob kTlsCert{"--tls-cert", "CFDB_WORKER_TLS_CERT", "", "PATH",
                     "PEM certificate chain this side presents"};
 const Knob kTlsKey{"--tls-key", "CFDB_WORKER_TLS_KEY", "", "PATH",
                    "PEM private key of --tls-cert"};
+const Knob kTlsCaEnv{
+    "--tls-ca-env", "CFDB_WORKER_TLS_CA_ENV", "", "VARIABLE",
+    "a variable holding the CA PEM, instead of --tls-ca (wiped "
+    "from the environment once read)"};
+const Knob kTlsCertEnv{"--tls-cert-env", "CFDB_WORKER_TLS_CERT_ENV", "",
+                       "VARIABLE",
+                       "a variable holding the certificate PEM, instead of "
+                       "--tls-cert (wiped once read)"};
+const Knob kTlsKeyEnv{"--tls-key-env", "CFDB_WORKER_TLS_KEY_ENV", "",
+                      "VARIABLE",
+                      "a variable holding the key PEM, instead of --tls-key "
+                      "(wiped once read)"};
 const Knob kTlsIdentity{
     "--tls-identity", "CFDB_WORKER_TLS_IDENTITY", "", "NAME",
     "SAN expected on the worker's certificate (empty: the dialled host)"};
@@ -330,12 +343,15 @@ std::span<const Knob* const> ServeKnobs() {
                                      &kTlsCa,
                                      &kTlsCert,
                                      &kTlsKey,
+                                     &kTlsCaEnv,
+                                     &kTlsCertEnv,
+                                     &kTlsKeyEnv,
                                      &kTlsIdentity,
                                      &kTlsRefreshInterval};
   return kAll;
 }
 
-std::span<const Knob* const> TlsKnobs() { return ServeKnobs().last(5); }
+std::span<const Knob* const> TlsKnobs() { return ServeKnobs().last(8); }
 
 std::span<const Knob* const> ClientKnobs() {
   static const Knob* const kAll[] = {&knob::kAddress, &knob::kAttempts};
@@ -352,22 +368,70 @@ EnvLookup ProcessEnv() {
   };
 }
 
-absl::StatusOr<Credentials> ResolveCredentials(const FlagValues& flags,
+absl::StatusOr<TlsSettings> ResolveTlsSettings(const FlagValues& flags,
                                                const EnvLookup& env) {
   const Resolver r(flags, env);
   TlsSettings tls;
-  auto file = [&r](const Knob& knob) {
+  // A file, or a variable holding the PEM: one of them.
+  auto file = [&](const Knob& knob, const Knob& variable,
+                  TlsSettings::File& out) -> absl::Status {
     const Setting s = r.Get(knob);
-    return TlsSettings::File{
+    const Setting v = r.Get(variable);
+    out = TlsSettings::File{
         s.text, s.explicit_value ? s.source : std::string(knob.flag)};
+    if (v.text.empty()) return absl::OkStatus();
+    if (!s.text.empty()) {
+      return Resolver::Bad(
+          v, absl::StrCat("is given with ", s.source, ": set one of them"));
+    }
+    std::optional<std::string> pem = env(v.text);
+    if (!pem || pem->empty())
+      return Resolver::Bad(v, "names a variable that is not set");
+    out = TlsSettings::File{"", absl::StrCat(v.text, " (from ", v.source, ")"),
+                            *pem};
+    return absl::OkStatus();
   };
-  tls.ca = file(knob::kTlsCa);
-  tls.cert = file(knob::kTlsCert);
-  tls.key = file(knob::kTlsKey);
+  if (absl::Status s = file(knob::kTlsCa, knob::kTlsCaEnv, tls.ca); !s.ok())
+    return s;
+  if (absl::Status s = file(knob::kTlsCert, knob::kTlsCertEnv, tls.cert);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = file(knob::kTlsKey, knob::kTlsKeyEnv, tls.key); !s.ok())
+    return s;
   tls.identity = r.Get(knob::kTlsIdentity).text;
   CFDB_ASSIGN(tls.refresh_interval,
               r.Seconds(knob::kTlsRefreshInterval, false));
-  return MakeCredentials(tls);
+  return tls;
+}
+
+absl::StatusOr<Credentials> ResolveCredentials(const FlagValues& flags,
+                                               const EnvLookup& env) {
+  absl::StatusOr<TlsSettings> tls = ResolveTlsSettings(flags, env);
+  if (!tls.ok()) return tls.status();
+  return MakeCredentials(*tls);
+}
+
+std::vector<std::string> SecretVariables(const FlagValues& flags,
+                                         const EnvLookup& env) {
+  const Resolver r(flags, env);
+  std::vector<std::string> names;
+  for (const Knob* knob :
+       {&knob::kTlsCaEnv, &knob::kTlsCertEnv, &knob::kTlsKeyEnv}) {
+    if (const std::string name = r.Get(*knob).text; !name.empty())
+      names.push_back(name);
+  }
+  return names;
+}
+
+void WipeVariables(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): before any thread starts
+    if (char* value = std::getenv(name.c_str())) {
+      std::fill(value, value + std::strlen(value), '\0');
+    }
+    unsetenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): as above
+  }
 }
 
 absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
@@ -380,7 +444,8 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;
   if (absl::Status s = ResolveLogging(r, c); !s.ok()) return s;
   if (absl::Status s = ResolveSandbox(r, c); !s.ok()) return s;
-  CFDB_ASSIGN(c.credentials, ResolveCredentials(flags, env));
+  CFDB_ASSIGN(c.tls, ResolveTlsSettings(flags, env));
+  CFDB_ASSIGN(c.credentials, MakeCredentials(c.tls));
   CFDB_ASSIGN(c.allow_insecure, r.Switch(knob::kAllowInsecure));
   if (c.credentials.kind == Credentials::Kind::kInsecure &&
       !IsLoopbackHost(c.host) && !c.allow_insecure) {

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cfdb/worker/containment.h"
@@ -42,7 +43,8 @@ extern const Knob kHost, kPort, kIdleTimeout, kIdlePollInterval,
     kSignalGrace, kMaxConcurrentTasks, kTaskKillGrace, kJobNice, kLogLevel,
     kLogFormat, kAllowInsecure, kJobUser, kWorkerUser, kJobNproc,
     kJobContainment;
-extern const Knob kTlsCa, kTlsCert, kTlsKey, kTlsIdentity, kTlsRefreshInterval;
+extern const Knob kTlsCa, kTlsCert, kTlsKey, kTlsCaEnv, kTlsCertEnv, kTlsKeyEnv,
+    kTlsIdentity, kTlsRefreshInterval;
 extern const Knob kAddress, kAttempts;
 }  // namespace knob
 
@@ -80,6 +82,9 @@ struct ServeConfig {
   // containment is made at startup from `containment`.
   ExecOptions exec;
   ContainmentMode containment = ContainmentMode::kAuto;
+  // The TLS settings `credentials` came from: PEMs given in variables are
+  // written to files once the worker runs as its own user (WritePemFiles).
+  TlsSettings tls;
 };
 
 // ResolveServeConfig builds the configuration from flag values (keyed by
@@ -110,8 +115,22 @@ absl::StatusOr<ClientConfig> ResolveClientConfig(const FlagValues& flags,
                                                  const EnvLookup& env);
 
 // ResolveCredentials builds credentials from the TLS knobs (see
-// MakeCredentials for the checks).
+// MakeCredentials for the checks). A PEM may come from a file (--tls-ca)
+// or from the variable another knob names (--tls-ca-env), not both;
+// INVALID_ARGUMENT naming the knob otherwise, or when the variable is unset.
 absl::StatusOr<Credentials> ResolveCredentials(const FlagValues& flags,
                                                const EnvLookup& env);
+absl::StatusOr<TlsSettings> ResolveTlsSettings(const FlagValues& flags,
+                                               const EnvLookup& env);
+
+// SecretVariables returns the variables the TLS knobs name as holding PEMs
+// (--tls-*-env), for WipeVariables once they are read.
+std::vector<std::string> SecretVariables(const FlagValues& flags,
+                                         const EnvLookup& env);
+
+// WipeVariables overwrites the values of `names` in this process's
+// environment with NULs where they lie (so /proc/<pid>/environ no longer
+// shows them) and unsets them. Not thread-safe: call before threads start.
+void WipeVariables(const std::vector<std::string>& names);
 
 }  // namespace cfdb::worker

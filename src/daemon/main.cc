@@ -141,6 +141,7 @@ int Serve(const KnobOptions& knobs) {
     std::cerr << "cfdb-worker serve: " << config.status().message() << "\n";
     return cli::kExitUsage;
   }
+  WipeVariables(SecretVariables(knobs.Given(), ProcessEnv()));
   (void)SetUpLogging(config->log_level, config->log_format);
   return cli::RunServe(*config);
 }
@@ -151,6 +152,7 @@ std::optional<cli::ClientOptions> ResolveClient(const Client& client,
                                                 Duration default_timeout) {
   absl::StatusOr<ClientConfig> config =
       ResolveClientConfig(client.knobs.Given(), ProcessEnv());
+  WipeVariables(SecretVariables(client.knobs.Given(), ProcessEnv()));
   if (!config.ok()) {
     std::cerr << "cfdb-worker " << client.command->get_name() << ": "
               << config.status().message() << "\n";

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +28,8 @@ namespace {
 // After the drain, calls still open (e.g. a Stop reply on its way out) get
 // this long to finish before the server cancels them.
 constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
+// Past that deadline, this long more for gRPC's shutdown to end.
+constexpr unsigned kShutdownStallSeconds = 10;
 
 // OnSignal turns each SIGTERM/SIGINT into a stop request: the first drains
 // with the signal grace, counted from its arrival; any later one cancels
@@ -108,6 +111,15 @@ int RunServe(const ServeConfig& config) {
     return kExitRuntimeFailure;
   }
   if (guard.ok()) (*containment)->Spare((*guard)->pid());
+  if (config.worker_user && geteuid() == 0) {
+    if (absl::Status s =
+            (*containment)
+                ->Delegate(config.worker_user->uid, config.worker_user->gid);
+        !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return kExitRuntimeFailure;
+    }
+  }
   // While this is the only thread: the daemon keeps only what it needs.
   if (absl::Status s =
           BecomeWorker(config.worker_user, config.job_user.has_value());
@@ -116,6 +128,18 @@ int RunServe(const ServeConfig& config) {
     return kExitUsage;
   }
   WarnAboutIdentity(config);
+  // PEMs given in variables become files only this user may read.
+  Credentials credentials = config.credentials;
+  if (!config.tls.ca.pem.empty() || !config.tls.cert.pem.empty() ||
+      !config.tls.key.pem.empty()) {
+    absl::StatusOr<Credentials> written =
+        WritePemFiles(config.tls, credentials);
+    if (!written.ok()) {
+      spdlog::error("{}", written.status().ToString());
+      return kExitRuntimeFailure;
+    }
+    credentials = *written;
+  }
   spdlog::info("{}", (*containment)->Describe());
   // Before any thread starts, so every thread inherits the blocked signals.
   if (absl::Status s = BlockStopSignals(); !s.ok()) {
@@ -138,7 +162,6 @@ int RunServe(const ServeConfig& config) {
   ExecOptions exec = config.exec;
   exec.containment = containment->get();
   (void)worker.RegisterKind(kExecKind, ExecKind(exec));
-  const Credentials& credentials = config.credentials;
   absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
       worker, ServerOptions{
                   .address = JoinHostPort(config.host, config.port),
@@ -176,7 +199,25 @@ int RunServe(const ServeConfig& config) {
   const Retirement retirement = policy.Run();
   LogDrain(AwaitDrain(worker, policy, retirement,
                       config.retirement.max_lifetime_grace));
+  // gRPC's own shutdown can stall (seen when jobs had used up the process
+  // budget); past its bound the daemon exits anyway, saying so.
+  struct sigaction stalled {};
+  stalled.sa_handler = [](int) {
+    constexpr char kMessage[] =
+        "cfdb-worker: gRPC's shutdown stalled; exiting anyway\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+    _exit(kExitRuntimeFailure);
+  };
+  sigaction(SIGALRM, &stalled, nullptr);
+  alarm(static_cast<unsigned>(kServerShutdownDeadline.count()) +
+        kShutdownStallSeconds);
   (*server)->Shutdown(kServerShutdownDeadline);
+  alarm(0);
+  if (credentials.ca_file != config.credentials.ca_file) {
+    std::error_code ignored;  // the PEM files written above
+    std::filesystem::remove_all(
+        std::filesystem::path(credentials.key_file).parent_path(), ignored);
+  }
   spdlog::info("stopped");
   return kExitOk;
 }

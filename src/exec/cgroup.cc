@@ -62,8 +62,13 @@ absl::StatusOr<std::string> OwnCgroupDir() {
   return absl::FailedPreconditionError("this process is in no cgroup v2");
 }
 
-std::string JobsCgroupRoot(const std::string& own_dir, pid_t worker) {
-  std::string root = absl::StrCat(own_dir, "/cfdb-jobs-", worker);
+std::string JobsCgroupRoot(const std::string& own_dir) {
+  // Decided once per process, before the guard forks (it inherits it): the
+  // pid alone is not unique (every worker that is PID 1 of its namespace).
+  static const std::string name = absl::StrCat(
+      "cfdb-jobs-", getpid(), "-",
+      std::chrono::steady_clock::now().time_since_epoch().count() % 1000000007);
+  std::string root = absl::StrCat(own_dir, "/", name);
   for (size_t at; (at = root.find("//")) != std::string::npos;)
     root.erase(at, 1);
   return root;

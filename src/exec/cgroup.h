@@ -14,9 +14,10 @@ namespace cfdb::worker {
 // FAILED_PRECONDITION when there is none.
 absl::StatusOr<std::string> OwnCgroupDir();
 
-// JobsCgroupRoot returns where a worker of pid `worker`, in the cgroup
-// `own_dir`, keeps its jobs' cgroups: <own_dir>/cfdb-jobs-<worker>.
-std::string JobsCgroupRoot(const std::string& own_dir, pid_t worker);
+// JobsCgroupRoot returns where this worker, in the cgroup `own_dir`, keeps
+// its jobs' cgroups: <own_dir>/cfdb-jobs-<pid>-<a number drawn once per
+// process>. The same in the job guard, which is forked after a first call.
+std::string JobsCgroupRoot(const std::string& own_dir);
 
 // KillCgroup ends every process of the cgroup at `dir` and its descendants
 // (cgroup.kill), waits until it is empty (up to 5 s) and removes it with

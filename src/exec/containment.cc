@@ -48,7 +48,7 @@ bool WriteFile(const std::string& path, std::string_view text) {
 absl::StatusOr<std::string> MakeJobsRoot() {
   absl::StatusOr<std::string> own = OwnCgroupDir();
   if (!own.ok()) return own.status();
-  const std::string root = JobsCgroupRoot(*own, getpid());
+  const std::string root = JobsCgroupRoot(*own);
   if (mkdir(root.c_str(), 0755) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot make the cgroup ", root, ": ", ErrnoText(errno),
@@ -94,6 +94,30 @@ Containment::~Containment() {
   stop_.Stop();
   if (thread_.joinable()) thread_.join();
   Sweep();
+  // Back to the cgroup it came from, and the subtree away, where the
+  // worker still may (as root); else the job guard does it after the exit.
+  if (root_.empty()) return;
+  const std::string back = root_.substr(0, root_.rfind('/'));
+  if (WriteFile(back + "/cgroup.procs", absl::StrCat(getpid()))) {
+    KillCgroup(root_);
+  }
+}
+
+absl::Status Containment::Delegate(uid_t uid, gid_t gid) {
+  if (root_.empty()) return absl::OkStatus();
+  // What the kernel checks: write access to the subtree (to make and remove
+  // cgroups) and to the cgroup.procs of the common ancestor of the worker
+  // and its jobs, the subtree itself.
+  for (const std::string& path :
+       {root_, root_ + "/cgroup.procs", root_ + "/cgroup.threads",
+        root_ + "/cgroup.subtree_control", root_ + "/worker",
+        root_ + "/worker/cgroup.procs"}) {
+    if (chown(path.c_str(), uid, gid) != 0) {
+      return absl::InternalError(absl::StrCat("cannot hand ", path, " to uid ",
+                                              uid, ": ", ErrnoText(errno)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void Containment::StartSweeping(Duration interval) {

@@ -66,8 +66,7 @@ absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
   // Where the worker's jobs' cgroups will be, if it uses them (the guard
   // stays in the worker's present cgroup).
   absl::StatusOr<std::string> own = OwnCgroupDir();
-  const std::string jobs_cgroup =
-      own.ok() ? JobsCgroupRoot(*own, getpid()) : "";
+  const std::string jobs_cgroup = own.ok() ? JobsCgroupRoot(*own) : "";
   const pid_t pid = fork();
   if (pid < 0) {
     const int error = errno;

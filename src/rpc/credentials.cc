@@ -1,8 +1,10 @@
 #include "cfdb/worker/credentials.h"
 
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -32,11 +34,17 @@ std::string OpenSslError() {
 }
 
 absl::Status Bad(const TlsSettings::File& file, std::string_view problem) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(file.source, ": ", file.path, ": ", std::string(problem)));
+  return absl::InvalidArgumentError(absl::StrCat(
+      file.source, ": ", file.pem.empty() ? file.path : "the PEM it holds",
+      ": ", std::string(problem)));
 }
 
+// NoPassphrase answers OpenSSL's request for a key's pass phrase with
+// none, so an encrypted key is an error rather than a prompt on a terminal.
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
 absl::StatusOr<std::string> Read(const TlsSettings::File& file) {
+  if (!file.pem.empty()) return file.pem;
   std::ifstream in(file.path, std::ios::binary);
   if (!in) return Bad(file, absl::StrCat("cannot read: ", ErrnoText(errno)));
   std::ostringstream text;
@@ -54,8 +62,8 @@ absl::StatusOr<std::unique_ptr<T, Free>> ParsePem(const TlsSettings::File& file,
   if (!pem.ok()) return pem.status();
   Bio bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())),
           BIO_free);
-  std::unique_ptr<T, Free> parsed(parse(bio.get(), nullptr, nullptr, nullptr),
-                                  free);
+  std::unique_ptr<T, Free> parsed(
+      parse(bio.get(), nullptr, NoPassphrase, nullptr), free);
   if (parsed == nullptr) {
     return Bad(file, absl::StrCat("not a PEM ", std::string(what), ": ",
                                   OpenSslError()));
@@ -85,7 +93,8 @@ absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
                                       &settings.key};
   std::vector<std::string> missing;
   for (const TlsSettings::File* file : files) {
-    if (file->path.empty()) missing.push_back(file->source);
+    if (file->path.empty() && file->pem.empty())
+      missing.push_back(file->source);
   }
   if (missing.size() == 3) return Credentials::Insecure();
   if (!missing.empty()) {
@@ -108,7 +117,8 @@ absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
     ERR_clear_error();
     return Bad(settings.key,
                absl::StrCat("does not belong to the certificate in ",
-                            settings.cert.path));
+                            settings.cert.pem.empty() ? settings.cert.path
+                                                      : settings.cert.source));
   }
   Credentials credentials;
   credentials.kind = Credentials::Kind::kMutualTls;
@@ -117,6 +127,38 @@ absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
   credentials.key_file = settings.key.path;
   credentials.identity = settings.identity;
   credentials.refresh_interval = settings.refresh_interval;
+  return credentials;
+}
+
+absl::StatusOr<Credentials> WritePemFiles(const TlsSettings& settings,
+                                          Credentials credentials,
+                                          const std::string& parent) {
+  std::string dir = parent + "/cfdb-worker-tls-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot make a directory under ",
+                                            parent, ": ", ErrnoText(errno)));
+  }
+  const std::pair<const TlsSettings::File*, std::string*> files[] = {
+      {&settings.ca, &credentials.ca_file},
+      {&settings.cert, &credentials.cert_file},
+      {&settings.key, &credentials.key_file}};
+  const char* names[] = {"ca.pem", "cert.pem", "key.pem"};
+  for (int i = 0; i < 3; ++i) {
+    const auto& [file, path] = files[i];
+    if (file->pem.empty()) continue;
+    const std::string target = absl::StrCat(dir, "/", names[i]);
+    const int fd =
+        open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, file->pem.data(), file->pem.size()) !=
+                      static_cast<ssize_t>(file->pem.size())) {
+      const std::string why = ErrnoText(errno);
+      if (fd >= 0) close(fd);
+      return absl::InternalError(
+          absl::StrCat("cannot write ", target, ": ", why));
+    }
+    close(fd);
+    *path = target;
+  }
   return credentials;
 }
 

@@ -129,6 +129,55 @@ TEST_F(SandboxTest, AJobReachesNoSecretAndNotTheWorker) {
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
 }
 
+// ProcStatus returns a "Name:\tvalue" line's value of /proc/<pid>/status.
+std::string ProcStatus(pid_t pid, const std::string& name) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(name + ":\t")) return line.substr(name.size() + 2);
+  }
+  return "";
+}
+
+// Started as root, as the image starts it, with the PEMs in variables (as
+// ECS hands them over): the worker becomes its own user with only
+// CAP_SETUID, CAP_SETGID and CAP_KILL, wipes the variables, serves mutual
+// TLS from files only it may read, and still runs and contains jobs.
+TEST_F(SandboxTest, TheWorkerDropsToItsUserAndKeepsNoPemInItsEnvironment) {
+  testing::TestPki pki;
+  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  const std::string key = testing::TestPki::ReadFile(worker.key);
+  Daemon daemon(
+      {"--worker-user", "10001", "--job-user", kJobUser, "--tls-ca-env",
+       "CA_PEM", "--tls-cert-env", "CERT_PEM", "--tls-key-env", "KEY_PEM",
+       "--idle-timeout-seconds", "1", "--idle-poll-interval-seconds", "0.5"},
+      {"env", "CA_PEM=" + testing::TestPki::ReadFile(pki.ca().cert),
+       "CERT_PEM=" + testing::TestPki::ReadFile(worker.cert),
+       "KEY_PEM=" + key});
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  EXPECT_EQ(ProcStatus(daemon.pid(), "Uid"), "10001\t10001\t10001\t10001");
+  EXPECT_EQ(ProcStatus(daemon.pid(), "CapEff"), "00000000000000e0")
+      << "CAP_KILL, CAP_SETGID and CAP_SETUID only";
+  EXPECT_EQ(ProcStatus(daemon.pid(), "CapBnd"), "00000000000000e0");
+  std::ifstream environ(absl::StrCat("/proc/", daemon.pid(), "/environ"));
+  const std::string env((std::istreambuf_iterator<char>(environ)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_EQ(env.find("PRIVATE KEY"), std::string::npos) << "the key was wiped";
+  auto connection = WorkerConnection::Open(
+      absl::StrCat("127.0.0.1:", daemon.port()), pki.Mtls(worker));
+  ASSERT_TRUE(connection.ok());
+  std::optional<JobOutcome> outcome;
+  const std::string out =
+      RunJob(**connection,
+             {"sh", "-c",
+              "id -u; cat /tmp/cfdb-worker-tls-*/key.pem 2>&1 | head -c 200"},
+             &outcome);
+  EXPECT_THAT(out, ::testing::StartsWith("20000\n")) << out;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("PRIVATE KEY"))) << out;
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0))
+      << "it still retires: " << daemon.log();
+  EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle"));
+}
+
 TEST_F(SandboxTest, WithoutAJobUserTheWorkerSaysJobsShareItsIdentity) {
   Daemon daemon(
       {"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds", "0.2"});
@@ -171,7 +220,7 @@ int LiveWith(const std::string& marker) {
 
 enum class Escape { kJoinWorkerGroup, kOwnGroup, kSession, kDoubleFork };
 enum class End { kExit, kClientCancel, kTimeLimit, kStop, kLifetime };
-enum class Mode { kSubreaper, kCgroup };
+enum class Mode { kSubreaper, kCgroup, kCgroupAsWorkerUser };
 
 // EscapeJob is a job that starts a `sleep MARKER` which escapes its job as
 // `how`, says "escaped", and then exits (kExit) or waits to be ended.
@@ -208,7 +257,10 @@ std::string Name(const Row& row) {
                                   "DoubleFork"};
   static const char* ends[] = {"Exit", "ClientCancel", "TimeLimit", "Stop",
                                "Lifetime"};
-  return absl::StrCat(row.mode == Mode::kCgroup ? "Cgroup" : "Subreaper",
+  return absl::StrCat(row.mode == Mode::kCgroup ? "Cgroup"
+                      : row.mode == Mode::kCgroupAsWorkerUser
+                          ? "CgroupAsWorkerUser"
+                          : "Subreaper",
                       escapes[static_cast<int>(row.escape)], "Then",
                       ends[static_cast<int>(row.end)]);
 }
@@ -312,6 +364,9 @@ std::vector<Row> Rows() {
     rows.push_back({Mode::kCgroup, escape, End::kExit});
     rows.push_back({Mode::kCgroup, escape, End::kTimeLimit});
   }
+  // A worker that dropped to its own user keeps its cgroup subtree.
+  rows.push_back({Mode::kCgroupAsWorkerUser, Escape::kDoubleFork, End::kExit});
+  rows.push_back({Mode::kCgroupAsWorkerUser, Escape::kSession, End::kStop});
   return rows;
 }
 

@@ -52,6 +52,11 @@ class Containment {
   static absl::StatusOr<std::unique_ptr<Containment>> Start(
       ContainmentMode mode);
 
+  // Delegate hands the cgroup subtree to `uid`:`gid`, the user the worker is
+  // about to become, so it can make and remove its jobs' cgroups (a no-op
+  // under the subreaper). INTERNAL if it cannot.
+  absl::Status Delegate(uid_t uid, gid_t gid);
+
   // StartSweeping sweeps every `interval` on a thread of its own (call
   // once, after dropping privileges).
   void StartSweeping(Duration interval = std::chrono::milliseconds(500));

@@ -45,6 +45,9 @@ struct TlsSettings {
   struct File {
     std::string path;
     std::string source;  // e.g. "--tls-ca" or "CFDB_WORKER_TLS_CA"
+    // The PEM itself, when it came from an environment variable rather
+    // than a file (`path` is then empty until WritePemFiles).
+    std::string pem;
   };
   File ca, cert, key;
   std::string identity;
@@ -58,6 +61,17 @@ struct TlsSettings {
 // knob: some but not all files set (says which are missing), a file that
 // cannot be read or parsed (with the path and reason), a mismatched key, a
 // refresh interval under 1 s.
+// A PEM given inline (File::pem) is checked the same way; its path in the
+// credentials stays empty until WritePemFiles. An encrypted key is refused
+// (no pass phrase is ever asked for).
 absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings);
+
+// WritePemFiles writes the inline PEMs of `settings` into files of a new
+// directory under `parent` that only this user may read (0700, files
+// 0600), and returns `credentials` naming them. INTERNAL if the directory
+// or a file cannot be made.
+absl::StatusOr<Credentials> WritePemFiles(const TlsSettings& settings,
+                                          Credentials credentials,
+                                          const std::string& parent = "/tmp");
 
 }  // namespace cfdb::worker
