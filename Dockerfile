@@ -18,16 +18,23 @@ FROM debian:bookworm-slim
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9 \
-      libre2-9 libc-ares2 libssl3 zlib1g \
+      libre2-9 libc-ares2 libssl3 zlib1g libcap2 \
  && rm -rf /var/lib/apt/lists/*
-# A fixed non-root uid. /run/cfdb-worker/tls is where the ECS task writes the
-# TLS PEMs (see cloudformation/workers.yml); only the worker can read it.
+# Two fixed users: the worker (10001), which reads the TLS material, and
+# the jobs' (20000, and one more uid per job running at once), which may
+# reach neither it nor the worker. The container starts as root only so the
+# worker can become cfdb-worker keeping CAP_SETUID, CAP_SETGID and CAP_KILL
+# (docs/SECURITY.md); it writes the PEMs ECS hands it to a directory only it
+# may read.
 RUN groupadd --system --gid 10001 cfdb-worker \
  && useradd --system --uid 10001 --gid 10001 --no-create-home \
       --shell /usr/sbin/nologin cfdb-worker \
- && install -d -o 10001 -g 10001 -m 0700 /run/cfdb-worker/tls
+ && groupadd --system --gid 20000 cfdb-job \
+ && useradd --system --uid 20000 --gid 20000 --no-create-home \
+      --home-dir /nonexistent --shell /usr/sbin/nologin cfdb-job
 COPY --from=build /src/build/cfdb-worker /usr/local/bin/cfdb-worker
-USER 10001:10001
+USER 0:0
+ENV CFDB_WORKER_USER=cfdb-worker CFDB_WORKER_JOB_USER=cfdb-job
 ENV CFDB_WORKER_HOST=0.0.0.0
 EXPOSE 50051
 # SIGTERM starts the worker's drain (CFDB_WORKER_SIGNAL_GRACE_SECONDS). Run

@@ -44,9 +44,12 @@ void Job::Cancel() {
 Worker::Worker(WorkerOptions options, const Clock& clock)
     : options_(options),
       docket_(clock, options.max_concurrent_tasks),
-      drain_thread_([this] { Drain(); }),
       threads_(
-          std::make_unique<JobThreads>(docket_.capacity(), options.job_nice)) {}
+          std::make_unique<JobThreads>(docket_.capacity(), options.job_nice)) {
+  // Last, once nothing above can throw: a thread left unjoined would end
+  // the process.
+  drain_thread_ = std::thread([this] { Drain(); });
+}
 
 Worker::~Worker() {
   {
@@ -142,8 +145,14 @@ void Worker::ReleaseJob(Job* job) {
 }
 
 void Worker::OnStopping(std::function<void()> callback) {
-  absl::MutexLock lock(&mu_);
-  on_stopping_.push_back(std::move(callback));
+  {
+    absl::MutexLock lock(&mu_);
+    if (requests_.empty()) {
+      on_stopping_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();  // the drain has begun already
 }
 
 void Worker::OnDrained(std::function<void(const StopSummary&)> callback) {

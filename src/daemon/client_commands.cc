@@ -29,6 +29,9 @@ std::string_view WhatItMeans(ErrorKind kind) {
     case ErrorKind::kAcceptedDeadlineExceeded:
       return " -- the job was accepted and started; the worker cancels it now "
              "that the call has ended";
+    case ErrorKind::kMaybeStarted:
+      return " -- the worker may have started the job before the deadline "
+             "(and cancels it now): do not resend it blindly";
     default:
       return "";
   }

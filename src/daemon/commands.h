@@ -17,7 +17,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntimeFailure = 1;  // e.g. the port is in use
 inline constexpr int kExitUsage = 2;           // bad flag or variable
 
-// RunServe serves a worker and runs the reaper until it exits.
+// RunServe serves a worker and runs its retirement policy until it exits.
 int RunServe(const ServeConfig& config);
 
 struct ClientOptions {

@@ -1,7 +1,5 @@
 #include "daemon/config.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -244,7 +242,7 @@ absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
 }
 
 absl::Status ResolveWorker(const Resolver& r, WorkerOptions& options) {
-  if (r.Get(knob::kMaxConcurrentTasks).text.empty()) {
+  if (!r.Get(knob::kMaxConcurrentTasks).explicit_value) {
     options.max_concurrent_tasks =
         std::max(1u, std::thread::hardware_concurrency());
   } else {
@@ -278,13 +276,8 @@ absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
                 .uids = static_cast<int>(c.worker.max_concurrent_tasks),
                 .name = c.job_user->name};
     c.exec.nproc = static_cast<rlim_t>(nproc);
-    // Somewhere the job's user may work: its home if it has one, else /tmp.
-    struct stat st {};
-    c.exec.default_cwd = !c.job_user->home.empty() &&
-                                 stat(c.job_user->home.c_str(), &st) == 0 &&
-                                 S_ISDIR(st.st_mode)
-                             ? c.job_user->home
-                             : "/tmp";
+    // Somewhere every uid of the job user may work.
+    c.exec.default_cwd = "/tmp";
   }
   const Setting mode = r.Get(knob::kJobContainment);
   if (mode.text == "auto") {
@@ -377,6 +370,7 @@ absl::StatusOr<TlsSettings> ResolveTlsSettings(const FlagValues& flags,
                   TlsSettings::File& out) -> absl::Status {
     const Setting s = r.Get(knob);
     const Setting v = r.Get(variable);
+    if (s.explicit_value && s.text.empty()) return Resolver::Bad(s, "is empty");
     out = TlsSettings::File{
         s.text, s.explicit_value ? s.source : std::string(knob.flag)};
     if (v.text.empty()) return absl::OkStatus();

@@ -16,7 +16,11 @@
 // the same wait on CLOCK_MONOTONIC, ending after the time that was left when
 // it began (read from the same wall clock the caller used), which no step
 // can move. Every other call passes through to libc unchanged.
-// tests/clock_step_test.cc checks the daemon under libfaketime both ways.
+// tests/daemon/clock_step_test.cc checks the daemon under libfaketime both
+// ways. Its reach: the cfdb-worker binary only (a program embedding the
+// library links its own), and a wait that abseil restarts after a spurious
+// wakeup computes its time left from the wall clock again, so a step between
+// the two still moves that one.
 #include <dlfcn.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>

@@ -69,19 +69,23 @@ ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
       (code == C::kUnavailable && HasTlsEvidence(status))) {
     return ErrorKind::kHandshakeError;
   }
+  if (HasSizeLimitEvidence(status)) return ErrorKind::kRpcError;
   switch (code) {
     case C::kUnimplemented:
       return rpc == Rpc::kIdle ? ErrorKind::kIdleUnavailable
                                : ErrorKind::kRpcError;
-    case C::kUnavailable:
     case C::kDeadlineExceeded:
+      // No answer in time: a Dispatch may have been admitted with its
+      // Accepted still on the way.
+      return rpc == Rpc::kDispatch ? ErrorKind::kMaybeStarted
+                                   : ErrorKind::kTransient;
+    case C::kUnavailable:
     // Our clients never cancel a call of their own accord: a CANCELLED call
     // was cut off by the worker (its shutdown cancels what is still open).
     case C::kCancelled:
       return ErrorKind::kTransient;
-    case C::kResourceExhausted:
-      return HasSizeLimitEvidence(status) ? ErrorKind::kRpcError
-                                          : ErrorKind::kTransient;
+    case C::kResourceExhausted:  // the docket is full (size limits above)
+      return ErrorKind::kTransient;
     case C::kUnknown:
     case C::kInternal:
       return HasTransportEvidence(status) ? ErrorKind::kTransient
@@ -109,6 +113,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "accepted, outcome unknown";
     case ErrorKind::kAcceptedDeadlineExceeded:
       return "accepted, deadline exceeded";
+    case ErrorKind::kMaybeStarted:
+      return "no answer before the deadline";
   }
   return "rpc error";
 }
@@ -123,6 +129,7 @@ int ExitCodeFor(ErrorKind kind) {
     case ErrorKind::kRpcError:
       return 76;
     case ErrorKind::kOutcomeUnknown:
+    case ErrorKind::kMaybeStarted:
       return 74;
     case ErrorKind::kAcceptedDeadlineExceeded:
       return 73;

@@ -505,7 +505,6 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
                      WhyNotListening(options.address)));
   }
   impl->health->Set(impl->server->GetHealthCheckService());
-  if (worker.stopping()) impl->health->NotServing();
   // From the moment a drain begins the worker takes no new work.
   worker.OnStopping([health = impl->health] { health->NotServing(); });
   return std::unique_ptr<WorkerServer>(new WorkerServer(std::move(impl), port));
@@ -516,7 +515,7 @@ WorkerServer::WorkerServer(std::unique_ptr<Impl> impl, int port)
 
 WorkerServer::~WorkerServer() { Shutdown(Duration::zero()); }
 
-void WorkerServer::Shutdown(Duration deadline) {
+void WorkerServer::Shutdown(Duration wait) {
   {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->shut_down) return;
@@ -527,7 +526,7 @@ void WorkerServer::Shutdown(Duration deadline) {
   // the whole deadline. Wait for our own calls instead, then shut down at
   // once, which cancels what is left and closes the connections.
   impl_->health->NotServing();
-  impl_->service.calls().WaitDone(std::chrono::steady_clock::now() + deadline);
+  impl_->service.calls().WaitDone(std::chrono::steady_clock::now() + wait);
   impl_->server->Shutdown(std::chrono::system_clock::now());
   impl_->server->Wait();
   impl_->health->Set(nullptr);

@@ -443,8 +443,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(CloudFormationTest, WorkerVariablesComeFromParameters) {
   // Fixed by the platform, not tuned per environment.
   const std::set<std::string> kLiterals = {
-      "CFDB_WORKER_HOST", "CFDB_WORKER_TLS_CA", "CFDB_WORKER_TLS_CERT",
-      "CFDB_WORKER_TLS_KEY"};
+      "CFDB_WORKER_HOST", "CFDB_WORKER_TLS_CA_ENV", "CFDB_WORKER_TLS_CERT_ENV",
+      "CFDB_WORKER_TLS_KEY_ENV"};
   int knobs = 0;
   for (const YAML::Node& entry : container_["Environment"]) {
     const std::string name = entry["Name"].Scalar();
@@ -477,6 +477,31 @@ TEST_F(CloudFormationTest, TlsMaterialComesFromSecrets) {
   EXPECT_EQ(names, (std::set<std::string>{"CFDB_WORKER_TLS_CA_PEM",
                                           "CFDB_WORKER_TLS_CERT_PEM",
                                           "CFDB_WORKER_TLS_KEY_PEM"}));
+  // The worker reads them itself: each is named by its *_ENV knob, and no
+  // shell in between leaves them in another process's environment.
+  for (const char* pem : {"CFDB_WORKER_TLS_CA_PEM", "CFDB_WORKER_TLS_CERT_PEM",
+                          "CFDB_WORKER_TLS_KEY_PEM"}) {
+    const std::string knob =
+        std::string(pem).replace(std::string(pem).rfind("_PEM"), 4, "_ENV");
+    EXPECT_EQ(Environment(knob).Scalar(), pem);
+  }
+  EXPECT_FALSE(container_["EntryPoint"]) << "the image's own entry point";
+  EXPECT_FALSE(container_["Command"]);
+}
+
+TEST_F(CloudFormationTest, TheWorkerStartsAsRootToDropAndKeepsFewCapabilities) {
+  EXPECT_EQ(container_["User"].Scalar(), "0");
+  std::set<std::string> dropped;
+  for (const YAML::Node& cap :
+       container_["LinuxParameters"]["Capabilities"]["Drop"]) {
+    dropped.insert(cap.Scalar());
+  }
+  for (const char* cap : {"CHOWN", "DAC_OVERRIDE", "FOWNER", "NET_RAW"}) {
+    EXPECT_TRUE(dropped.contains(cap)) << cap;
+  }
+  for (const char* cap : {"SETUID", "SETGID", "KILL"}) {
+    EXPECT_FALSE(dropped.contains(cap)) << cap << " is what jobs need";
+  }
 }
 
 TEST_F(CloudFormationTest, EveryParameterIsUsed) {

@@ -162,6 +162,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"CFDB_WORKER_JOB_NICE", "-1", "outside 0..19"},
         BadValue{"--log-level", "loud", "not one of"},
         BadValue{"--host", "", "empty"},
+        BadValue{"--max-concurrent-tasks", "", "not a whole number"},
+        BadValue{"--tls-ca", "", "empty"},
+        BadValue{"--job-containment", "jail", "not auto, cgroup or subreaper"},
+        BadValue{"--job-user", "no-such-user-here", "no user named"},
+        BadValue{"--job-user", "0", "root is no sandbox"},
+        BadValue{"--job-nproc", "-1", "outside 0.."},
+        BadValue{"--tls-ca-env", "NOT_SET_ANYWHERE", "not set"},
         BadValue{"CFDB_WORKER_ALLOW_INSECURE", "maybe", "not true or false"},
         BadValue{"--tls-refresh-interval-seconds", "x", "not a number"}));
 

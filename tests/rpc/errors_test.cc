@@ -30,8 +30,11 @@ TEST(ClassifyErrorTest, EveryCodeBeforeAcceptanceHasItsKind) {
         case C::kUnauthenticated:
           want = ErrorKind::kHandshakeError;
           break;
-        case C::kUnavailable:
         case C::kDeadlineExceeded:
+          want = rpc == Rpc::kDispatch ? ErrorKind::kMaybeStarted
+                                       : ErrorKind::kTransient;
+          break;
+        case C::kUnavailable:
         case C::kResourceExhausted:
         case C::kCancelled:
           want = ErrorKind::kTransient;
@@ -108,6 +111,13 @@ TEST(ClassifyErrorTest, TheCauseDecidesNotTheCode) {
       {Rpc::kDispatch, C::kInternal, "bad state", ErrorKind::kRpcError},
       {Rpc::kStop, C::kPermissionDenied, "not allowed", ErrorKind::kRpcError},
       {Rpc::kDispatch, C::kUnimplemented, "", ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kUnavailable,
+       "Received message larger than max (5007 vs. 1000)",
+       ErrorKind::kRpcError},
+      {Rpc::kDispatch, C::kDeadlineExceeded, "Deadline Exceeded",
+       ErrorKind::kMaybeStarted},
+      {Rpc::kIdle, C::kDeadlineExceeded, "Deadline Exceeded",
+       ErrorKind::kTransient},
       {Rpc::kIdle, C::kUnimplemented, "", ErrorKind::kIdleUnavailable},
   };
   for (const Case& c : cases) {
@@ -139,6 +149,8 @@ TEST(ClassifyErrorTest, ExitCodesAreDistinct) {
   EXPECT_EQ(ExitCodeFor(ErrorKind::kRpcError), 76);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kOutcomeUnknown), 74);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kAcceptedDeadlineExceeded), 73);
+  EXPECT_EQ(ExitCodeFor(ErrorKind::kMaybeStarted), 74);
+  EXPECT_FALSE(IsTransient(ErrorKind::kMaybeStarted));
 }
 
 }  // namespace

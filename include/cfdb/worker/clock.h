@@ -112,7 +112,7 @@ class FakeClock final : public Clock {
 // CLOCK_REALTIME deadline, so a step of the wall clock stretches them or
 // makes them spin. This one waits in pthread_cond_clockwait(CLOCK_MONOTONIC)
 // (libstdc++'s std::condition_variable_any with steady_clock), which no
-// wall-clock step can move; tests/clock_step_test.cc proves it under
+// wall-clock step can move; tests/daemon/clock_step_test.cc proves it under
 // libfaketime. Unlike absl::Condition it wakes only when signalled: every
 // change a waiter may wait for must be followed by SignalAll(). Thread-safe.
 class CondVar {

@@ -25,6 +25,8 @@
 
 namespace cfdb::worker {
 
+// DispatchCallbacks run on the thread that called Dispatch, in the order the
+// events arrived, before Dispatch returns.
 struct DispatchCallbacks {
   // Called once when the worker accepted the job.
   std::function<void()> on_accepted;
@@ -51,8 +53,9 @@ class WorkerConnection final {
 
   // Stop asks the worker to stop with a drain `grace` (see Worker::Stop) and
   // returns once it drained. `timeout` bounds the whole call; it must be
-  // positive and should exceed the grace (INVALID_ARGUMENT otherwise, and no
-  // call is made).
+  // positive (INVALID_ARGUMENT otherwise, and no call is made). Give it more
+  // than the grace: a call that ends first (DEADLINE_EXCEEDED) leaves the
+  // drain running.
   absl::StatusOr<StopSummary> Stop(Duration grace, Duration timeout);
 
   // Dispatch runs `request` on the worker, calling `callbacks` as events

@@ -28,8 +28,9 @@ struct StopRequest {
   // How long jobs in flight may run on; zero cancels them at once, negative
   // lets them run without limit.
   Duration grace = Duration::zero();
-  // When the request arrived, on the monotonic clock. Worker::RequestStop
-  // fills in "now" when it is left unset (TimePoint{}).
+  // When the request arrived, on std::chrono::steady_clock (not an injected
+  // Clock: the drain is a real wait). Worker::RequestStop fills in "now"
+  // when it is left unset (TimePoint{}).
   TimePoint arrival{};
 
   // Deadline returns arrival + grace, or TimePoint::max() for a negative

@@ -31,7 +31,8 @@ enum class ErrorKind {
   kIdleUnavailable,
   // Nothing was started: the worker is stopping or gone (UNAVAILABLE, a
   // call CANCELLED by its shutdown, a connection closed or reset), the
-  // caller's deadline passed before an answer, or the docket is full
+  // caller's deadline passed before an answer (Idle, Stop, health), or the
+  // docket is full
   // (RESOURCE_EXHAUSTED without a size limit in the message). Retrying,
   // here later or on another worker, may work.
   kTransient,
@@ -54,6 +55,11 @@ enum class ErrorKind {
   // Dispatch only, after the worker accepted the job: the caller's own
   // deadline passed. The worker cancels the job as the call ends.
   kAcceptedDeadlineExceeded,
+  // Dispatch only: the caller's deadline passed before any answer. The
+  // worker may have admitted the job with its `accepted` still on the way,
+  // so it may have started (and the worker cancels it as the call ends).
+  // Do not resend it blindly.
+  kMaybeStarted,
 };
 
 // ClassifyError maps a non-OK status from `rpc` to its kind. A status from
@@ -71,15 +77,16 @@ bool Accepted(const absl::Status& status);
 bool IsTransient(ErrorKind kind);
 
 // ErrorKindName returns "idle unavailable", "transient error", "handshake
-// error", "rpc error", "accepted, outcome unknown" or "accepted, deadline
-// exceeded".
+// error", "rpc error", "accepted, outcome unknown", "accepted, deadline
+// exceeded" or "no answer before the deadline".
 std::string_view ErrorKindName(ErrorKind kind);
 
 // ExitCodeFor returns the documented exit code of a client command that
 // failed with `kind`: 69 idle unavailable, 75 transient (handshake errors
 // included), 76 rpc error (sysexits.h: EX_UNAVAILABLE, EX_TEMPFAIL,
 // EX_PROTOCOL); 74 accepted, outcome unknown (EX_IOERR: the stream broke);
-// 73 accepted, deadline exceeded.
+// 73 accepted, deadline exceeded; 74 also for no answer before the
+// deadline (the job may have started).
 int ExitCodeFor(ErrorKind kind);
 
 }  // namespace cfdb::worker

@@ -60,11 +60,11 @@ class WorkerServer {
   // port returns the port the server listens on.
   int port() const { return port_; }
 
-  // Shutdown lets Dispatch and Stop calls in progress finish until
-  // `deadline` from now (on the monotonic clock), then stops serving: calls
-  // still open are cancelled and client connections closed. Returns when
-  // done. Idempotent.
-  void Shutdown(Duration deadline);
+  // Shutdown lets Dispatch and Stop calls in progress finish for up to
+  // `wait` (on the monotonic clock), then stops serving: calls still open
+  // are cancelled and client connections closed. Returns when done.
+  // Idempotent.
+  void Shutdown(Duration wait);
 
  private:
   class Impl;

@@ -28,12 +28,13 @@
 
 namespace cfdb::worker {
 
-class JobThreads;  // src/job_threads.h
+class JobThreads;  // src/core/job_threads.h
 
 // JobHandler runs one job of a kind to its end and returns how it ended. It
 // runs on a job thread (one job at a time per thread) and must return soon
 // after its context is cancelled; a handler that ignores cancellation holds
-// up Stop.
+// up Stop. An exception it throws ends the job with kHandlerError and the
+// exception's what().
 using JobHandler = std::function<JobOutcome(JobContext&)>;
 
 // JobValidator checks a request of its kind before the job is admitted:
@@ -165,7 +166,8 @@ class Worker {
 
   // OnStopping adds `callback` to run (once, on the thread of the first
   // stop request) when the drain begins, e.g. to mark the health service
-  // NOT_SERVING. Must not block or call RequestStop.
+  // NOT_SERVING; at once, on this thread, if it has begun already. Must not
+  // block or call RequestStop.
   void OnStopping(std::function<void()> callback);
 
   // OnDrained runs `callback` with the summary once the drain has ended: on
