@@ -178,6 +178,28 @@ TEST_F(SandboxTest, TheWorkerDropsToItsUserAndKeepsNoPemInItsEnvironment) {
   EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle"));
 }
 
+// As PID 1 of its namespace (as in a container without an init), the
+// worker's own environment is /proc/1/environ: no job may read it, nor
+// trace or signal PID 1.
+TEST_F(SandboxTest, AsPid1TheWorkerIsOutOfAJobsReach) {
+  Daemon daemon({"--job-user", kJobUser, "--idle-timeout-seconds", "0"},
+                {"unshare", "--pid", "--fork", "--mount-proc", "env",
+                 "CFDB_TEST_SECRET=hunter2"});
+  ASSERT_EQ(daemon.pid(), 1) << daemon.log();
+  auto connection = Connect(daemon);
+  const std::string out = RunJob(
+      *connection,
+      {"sh", "-c",
+       "cat /proc/1/environ /proc/1/mem 2>/dev/null | tr '\\0' '\\n' | "
+       "grep -c CFDB_TEST_SECRET; kill -0 1 2>/dev/null && echo signalled; "
+       "grep NoNewPrivs /proc/self/status"});
+  EXPECT_THAT(out, ::testing::StartsWith("0\n")) << out;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("signalled")));
+  EXPECT_THAT(out, HasSubstr("NoNewPrivs:\t1"));
+  EXPECT_TRUE(connection->Stop(Duration::zero(), kTimeout).ok());
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+}
+
 TEST_F(SandboxTest, WithoutAJobUserTheWorkerSaysJobsShareItsIdentity) {
   Daemon daemon(
       {"--idle-timeout-seconds", "1", "--idle-poll-interval-seconds", "0.2"});
