@@ -6,7 +6,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev nlohmann-json3-dev libbenchmark-dev python3 libcap-dev
-  clang libclang-rt-14-dev clang-format clang-tidy faketime
+  clang libclang-rt-14-dev clang-format clang-tidy faketime python3-h2
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/job_threads.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -86,8 +87,8 @@ absl::Status Worker::Validate(const JobRequest& request) const {
   }
   const auto kind = kinds_.find(request.kind);
   if (kind == kinds_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind: unknown job kind '", request.kind, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kind: unknown job kind '", EscapedForLog(request.kind), "'"));
   }
   return kind->second.validate ? kind->second.validate(request)
                                : absl::OkStatus();

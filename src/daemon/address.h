@@ -10,9 +10,11 @@ namespace cfdb::worker {
 // JoinHostPort formats host and port, bracketing an IPv6 host.
 std::string JoinHostPort(std::string_view host, int port);
 
-// IsLoopbackHost returns true for "localhost" and for an IP literal of the
-// loopback network (127.0.0.0/8, ::1, also bracketed), parsed with
-// inet_pton: "127.evil.example" or "127.0.0.1 " are not loopback.
+// IsLoopbackHost returns true for an IP literal of the loopback network
+// (127.0.0.0/8, ::1, also bracketed), parsed with inet_pton, and for
+// "localhost" when every address it resolves to is one: "127.evil.example",
+// "127.0.0.1.nip.io" or "127.0.0.1 " are not loopback, whatever they
+// resolve to today.
 bool IsLoopbackHost(std::string_view host);
 
 // LoopbackTarget returns the address the serve loop dials to poll its own

@@ -7,8 +7,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "daemon/address.h"
 
 namespace cfdb::worker {
@@ -85,6 +87,14 @@ const Knob kJobContainment{
     "--job-containment", "CFDB_WORKER_JOB_CONTAINMENT", "auto", "MODE",
     "auto, cgroup or subreaper: how a job's processes are made to end with "
     "it (docs/SECURITY.md)"};
+const Knob kTlsAdmitControl{
+    "--tls-admit-control", "CFDB_WORKER_TLS_ADMIT_CONTROL", "", "NAMES",
+    "comma-separated client certificate identities (SAN DNS names or URIs) "
+    "that may call everything: Dispatch, Stop, Idle, health"};
+const Knob kTlsAdmitObserve{
+    "--tls-admit-observe", "CFDB_WORKER_TLS_ADMIT_OBSERVE", "", "NAMES",
+    "comma-separated identities that may call Idle and health only (e.g. the "
+    "worker's own, for its self-poll and health check)"};
 const Knob kAllowInsecure{"--allow-insecure",
                           "CFDB_WORKER_ALLOW_INSECURE",
                           "false",
@@ -118,6 +128,10 @@ const Knob kTlsRefreshInterval{"--tls-refresh-interval-seconds",
                                "CFDB_WORKER_TLS_REFRESH_INTERVAL_SECONDS", "60",
                                "SECONDS",
                                "how often certificate files are re-read, >= 1"};
+const Knob kTlsCrlDir{
+    "--tls-crl-dir", "CFDB_WORKER_TLS_CRL_DIR", "", "PATH",
+    "directory of hashed CRL files (openssl rehash) enforced on every "
+    "handshake"};
 
 const Knob kAddress{"--address", "CFDB_WORKER_ADDRESS", "127.0.0.1:50051",
                     "HOST:PORT", "worker address"};
@@ -292,6 +306,36 @@ absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
   return absl::OkStatus();
 }
 
+// An identity list: comma-separated, blanks around names ignored.
+absl::StatusOr<std::vector<std::string>> IdentityList(const Resolver& r,
+                                                      const Knob& knob) {
+  const Setting s = r.Get(knob);
+  std::vector<std::string> names;
+  for (absl::string_view part : absl::StrSplit(s.text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) continue;
+    if (!std::all_of(part.begin(), part.end(),
+                     [](char ch) { return ch > 0x20 && ch < 0x7f; })) {
+      return Resolver::Bad(s, "holds a name that is not printable ASCII");
+    }
+    names.emplace_back(part);
+  }
+  return names;
+}
+
+absl::Status ResolveAdmission(const Resolver& r, ServeConfig& c) {
+  CFDB_ASSIGN(c.admit.control, IdentityList(r, knob::kTlsAdmitControl));
+  CFDB_ASSIGN(c.admit.observe, IdentityList(r, knob::kTlsAdmitObserve));
+  if (!c.admit.empty() && c.credentials.kind != Credentials::Kind::kMutualTls) {
+    return Resolver::Bad(
+        r.Get(c.admit.control.empty() ? knob::kTlsAdmitObserve
+                                      : knob::kTlsAdmitControl),
+        "needs mutual TLS (--tls-ca, --tls-cert, --tls-key): without client "
+        "certificates there is no identity to admit");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ResolveLogging(const Resolver& r, ServeConfig& c) {
   const Setting level = r.Get(knob::kLogLevel);
   static constexpr std::string_view kLevels[] = {
@@ -332,6 +376,8 @@ std::span<const Knob* const> ServeKnobs() {
                                      &kWorkerUser,
                                      &kJobNproc,
                                      &kJobContainment,
+                                     &kTlsAdmitControl,
+                                     &kTlsAdmitObserve,
                                      &kAllowInsecure,
                                      &kTlsCa,
                                      &kTlsCert,
@@ -340,11 +386,12 @@ std::span<const Knob* const> ServeKnobs() {
                                      &kTlsCertEnv,
                                      &kTlsKeyEnv,
                                      &kTlsIdentity,
-                                     &kTlsRefreshInterval};
+                                     &kTlsRefreshInterval,
+                                     &kTlsCrlDir};
   return kAll;
 }
 
-std::span<const Knob* const> TlsKnobs() { return ServeKnobs().last(8); }
+std::span<const Knob* const> TlsKnobs() { return ServeKnobs().last(9); }
 
 std::span<const Knob* const> ClientKnobs() {
   static const Knob* const kAll[] = {&knob::kAddress, &knob::kAttempts};
@@ -394,6 +441,7 @@ absl::StatusOr<TlsSettings> ResolveTlsSettings(const FlagValues& flags,
   if (absl::Status s = file(knob::kTlsKey, knob::kTlsKeyEnv, tls.key); !s.ok())
     return s;
   tls.identity = r.Get(knob::kTlsIdentity).text;
+  tls.crl_directory = r.Get(knob::kTlsCrlDir).text;
   CFDB_ASSIGN(tls.refresh_interval,
               r.Seconds(knob::kTlsRefreshInterval, false));
   return tls;
@@ -440,14 +488,16 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   if (absl::Status s = ResolveSandbox(r, c); !s.ok()) return s;
   CFDB_ASSIGN(c.tls, ResolveTlsSettings(flags, env));
   CFDB_ASSIGN(c.credentials, MakeCredentials(c.tls));
+  if (absl::Status s = ResolveAdmission(r, c); !s.ok()) return s;
   CFDB_ASSIGN(c.allow_insecure, r.Switch(knob::kAllowInsecure));
   if (c.credentials.kind == Credentials::Kind::kInsecure &&
       !IsLoopbackHost(c.host) && !c.allow_insecure) {
     return Resolver::Bad(
         r.Get(knob::kHost),
-        "is not a loopback address, and without TLS anyone who reaches it "
-        "could run programs on this worker and stop it: set --tls-ca, "
-        "--tls-cert and --tls-key, or pass --allow-insecure");
+        "is not a loopback address (an IP literal of 127.0.0.0/8 or ::1, or "
+        "localhost), and without TLS anyone who reaches it could run "
+        "programs on this worker and stop it: set --tls-ca, --tls-cert and "
+        "--tls-key, or pass --allow-insecure");
   }
   return c;
 }

@@ -17,6 +17,7 @@
 #include "cfdb/worker/containment.h"
 #include "cfdb/worker/credentials.h"
 #include "cfdb/worker/exec.h"
+#include "cfdb/worker/server.h"
 #include "cfdb/worker/worker.h"
 #include "daemon/identity.h"
 #include "daemon/logging.h"
@@ -42,9 +43,9 @@ extern const Knob kHost, kPort, kIdleTimeout, kIdlePollInterval,
     kIdlePollDeadline, kIdlePollFailureLimit, kMaxLifetime, kMaxLifetimeGrace,
     kSignalGrace, kMaxConcurrentTasks, kTaskKillGrace, kJobNice, kLogLevel,
     kLogFormat, kAllowInsecure, kJobUser, kWorkerUser, kJobNproc,
-    kJobContainment;
+    kJobContainment, kTlsAdmitControl, kTlsAdmitObserve;
 extern const Knob kTlsCa, kTlsCert, kTlsKey, kTlsCaEnv, kTlsCertEnv, kTlsKeyEnv,
-    kTlsIdentity, kTlsRefreshInterval;
+    kTlsIdentity, kTlsRefreshInterval, kTlsCrlDir;
 extern const Knob kAddress, kAttempts;
 }  // namespace knob
 
@@ -74,6 +75,9 @@ struct ServeConfig {
   Credentials credentials;
   // Plaintext on a non-loopback address was explicitly allowed.
   bool allow_insecure = false;
+  // Who may call what (mutual TLS only); empty: every admitted certificate
+  // may call everything.
+  AdmissionLists admit;
   // Who jobs run as (none: as the worker), and who the worker becomes when
   // started as root (none: it stays uid 0, keeping only what jobs need).
   std::optional<User> job_user;
@@ -83,7 +87,7 @@ struct ServeConfig {
   ExecOptions exec;
   ContainmentMode containment = ContainmentMode::kAuto;
   // The TLS settings `credentials` came from: PEMs given in variables are
-  // written to files once the worker runs as its own user (WritePemFiles).
+  // written to files once the worker runs as its own user (CredentialMirror).
   TlsSettings tls;
 };
 
@@ -94,9 +98,11 @@ struct ServeConfig {
 // infinite, negative, zero poll interval or deadline, poll deadline longer
 // than the interval, failure limit or concurrency below 1, port outside
 // 0..65535, unknown log level, empty host, bad TLS settings, plaintext on a
-// non-loopback host without --allow-insecure, an unknown user, an unknown
-// containment. Reads the TLS files and the user database; touches no global
-// state.
+// host that is not a loopback IP literal or a "localhost" resolving to
+// loopback only (without --allow-insecure), an unknown user, an unknown
+// containment, admission lists without mutual TLS or with an identity that
+// is not printable ASCII. Reads the TLS files and the user database, and
+// resolves "localhost"; touches no global state.
 absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
                                                const EnvLookup& env);
 

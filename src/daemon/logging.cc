@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "core/text.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpc/support/log.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/pattern_formatter.h"
@@ -59,12 +61,44 @@ class JsonFormatter final : public spdlog::formatter {
   TimeFormat time_;
 };
 
+// TextFormatter writes each record as one line of text; control characters
+// in the message are escaped (WithoutControlCharacters).
+class TextFormatter final : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg,
+              spdlog::memory_buf_t& dest) override {
+    const std::string payload = WithoutControlCharacters(
+        std::string_view(msg.payload.data(), msg.payload.size()));
+    spdlog::details::log_msg safe = msg;
+    safe.payload = payload;
+    pattern_.format(safe, dest);
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<TextFormatter>();
+  }
+
+ private:
+  spdlog::pattern_formatter pattern_{"%Y-%m-%dT%H:%M:%S.%e%z %l %v"};
+};
+
 void GrpcLog(gpr_log_func_args* args) {
   const auto level = args->severity == GPR_LOG_SEVERITY_ERROR
                          ? spdlog::level::err
                          : spdlog::level::debug;
   LogEvent(level, args->message,
            {{"source", "grpc"}, {"file", args->file}, {"line", args->line}});
+}
+
+// ProtobufLog routes protobuf's own complaints (e.g. a request string that
+// is not UTF-8) into the log, so JSON stays one object per line.
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                 const std::string& message) {
+  const auto ours = level >= google::protobuf::LOGLEVEL_ERROR
+                        ? spdlog::level::warn
+                        : spdlog::level::debug;
+  LogEvent(ours, EscapedForLog(message),
+           {{"source", "protobuf"}, {"file", file}, {"line", line}});
 }
 
 }  // namespace
@@ -80,12 +114,13 @@ absl::Status SetUpLogging(std::string_view level, LogFormat format) {
   if (format == LogFormat::kJson) {
     logger->set_formatter(std::make_unique<JsonFormatter>());
   } else {
-    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+    logger->set_formatter(std::make_unique<TextFormatter>());
   }
   logger->set_level(parsed);
   SetStructuredLogging(format == LogFormat::kJson);
   spdlog::set_default_logger(std::move(logger));
   gpr_set_log_function(GrpcLog);
+  google::protobuf::SetLogHandler(ProtobufLog);
   gpr_set_log_verbosity(parsed <= spdlog::level::debug
                             ? GPR_LOG_SEVERITY_DEBUG
                             : GPR_LOG_SEVERITY_ERROR);

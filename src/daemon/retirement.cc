@@ -22,6 +22,8 @@ std::string_view ExitReasonName(ExitReason reason) {
       return "stop rpc";
     case ExitReason::kRequested:
       return "requested";
+    case ExitReason::kListenerLost:
+      return "listener lost";
   }
   return "unknown";
 }
@@ -46,13 +48,23 @@ std::string RetirementPolicy::RemainingBound(TimePoint now) const {
 
 RetirementPolicy::Poll RetirementPolicy::PollOnce(TimePoint now,
                                                   TimePoint* next_poll) {
-  *next_poll = now + options_.idle_poll_interval;
-  absl::StatusOr<double> idle = source_->IdleTime(options_.idle_poll_deadline);
+  const bool slow = consecutive_failures_ >= options_.idle_poll_failure_limit;
+  *next_poll = now + options_.idle_poll_interval * (slow ? kSlowPollFactor : 1);
+  const bool fresh = ++polls_ % kFreshDialEvery == 0;
+  absl::StatusOr<double> idle =
+      fresh ? source_->FreshIdleTime(options_.idle_poll_deadline)
+            : source_->IdleTime(options_.idle_poll_deadline);
   if (!idle.ok()) {
-    PollFailed(now, idle.status());
-    return Poll::kContinue;
+    PollFailed(now, idle.status(), fresh);
+    return fresh_failures_ >= kListenerLostAfter ? Poll::kListenerLost
+                                                 : Poll::kContinue;
+  }
+  if (consecutive_failures_ >= options_.idle_poll_failure_limit) {
+    spdlog::info("idle poll: answered again after {} failures in a row",
+                 consecutive_failures_);
   }
   consecutive_failures_ = 0;
+  if (fresh) fresh_failures_ = 0;
   last_idle_seconds_ = *idle;
   const double timeout = ToSeconds(options_.idle_timeout);
   spdlog::debug("idle poll: idle {:.3f} s of {:.3f} s", *idle, timeout);
@@ -64,9 +76,11 @@ RetirementPolicy::Poll RetirementPolicy::PollOnce(TimePoint now,
   return Poll::kContinue;
 }
 
-void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status) {
+void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status,
+                                  bool fresh) {
   const ErrorKind kind = ClassifyError(Rpc::kIdle, status);
-  const std::string what = absl::StrCat(std::string(ErrorKindName(kind)), " (",
+  const std::string what = absl::StrCat(fresh ? "on a fresh connection: " : "",
+                                        std::string(ErrorKindName(kind)), " (",
                                         absl::StatusCodeToString(status.code()),
                                         ": ", status.message(), ")");
   const std::initializer_list<LogField> fields = {
@@ -82,14 +96,21 @@ void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status) {
     polling_ = false;
     return;
   }
+  // A new connection that is not even answered: the listener may be gone.
+  if (fresh && kind == ErrorKind::kTransient) ++fresh_failures_;
   ++consecutive_failures_;
-  if (consecutive_failures_ >= options_.idle_poll_failure_limit) {
-    LogEvent(spdlog::level::err,
-             absl::StrCat("idle poll failed ", consecutive_failures_,
-                          " times in a row, last with ", what,
-                          "; idle polling stopped; ", RemainingBound(now)),
-             fields);
-    polling_ = false;
+  if (consecutive_failures_ > options_.idle_poll_failure_limit) {
+    spdlog::debug("idle poll failed again: {}", what);
+    return;
+  }
+  if (consecutive_failures_ == options_.idle_poll_failure_limit) {
+    LogEvent(
+        spdlog::level::err,
+        absl::StrCat("idle poll failed ", consecutive_failures_,
+                     " times in a row, last with ", what, "; polling on every ",
+                     ToSeconds(options_.idle_poll_interval) * kSlowPollFactor,
+                     " s; ", RemainingBound(now)),
+        fields);
     return;
   }
   LogEvent(
@@ -115,10 +136,17 @@ std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
                                                  : ExitReason::kRequested,
         .grace = options_.signal_grace};
   }
-  if (polling_ && now >= *next_poll &&
-      PollOnce(now, next_poll) == Poll::kIdleExit) {
-    return Retirement{.reason = ExitReason::kIdle,
-                      .grace = options_.max_lifetime_grace};
+  if (polling_ && now >= *next_poll) {
+    switch (PollOnce(now, next_poll)) {
+      case Poll::kIdleExit:
+        return Retirement{.reason = ExitReason::kIdle,
+                          .grace = options_.max_lifetime_grace};
+      case Poll::kListenerLost:
+        return Retirement{.reason = ExitReason::kListenerLost,
+                          .grace = options_.max_lifetime_grace};
+      case Poll::kContinue:
+        break;
+    }
   }
   return std::nullopt;
 }
@@ -156,7 +184,8 @@ Retirement RetirementPolicy::Run() {
   }
   LogRetirement(*retirement);
   if (retirement->reason == ExitReason::kIdle ||
-      retirement->reason == ExitReason::kMaxLifetime) {
+      retirement->reason == ExitReason::kMaxLifetime ||
+      retirement->reason == ExitReason::kListenerLost) {
     stop_({.source = std::string(ExitReasonName(retirement->reason)),
            .grace = retirement->grace});
   }
@@ -175,6 +204,11 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
       why = absl::StrFormat("max lifetime %.3f s reached",
                             ToSeconds(options_.max_lifetime));
       break;
+    case ExitReason::kListenerLost:
+      why = absl::StrCat("listener lost: ", kListenerLostAfter,
+                         " fresh connections in a row were not answered, so "
+                         "no new client can reach this worker");
+      break;
     default:
       why = std::string(ExitReasonName(retirement.reason));
   }
@@ -192,7 +226,8 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
   if (retirement.reason != ExitReason::kStopRpc) {
     fields.push_back({"grace_seconds", ToSeconds(retirement.grace)});
   }
-  LogEvent(spdlog::level::info,
+  LogEvent(retirement.reason == ExitReason::kListenerLost ? spdlog::level::err
+                                                          : spdlog::level::info,
            absl::StrCat("exiting: ", why, "; draining ", drain), fields);
 }
 

@@ -5,10 +5,17 @@
 //
 // Each turn checks, in order: max lifetime, then a stop requested elsewhere
 // (signal or Stop RPC), then the idle poll, so a signal always beats an idle
-// exit. Waits between turns end at once when a stop is requested. The
-// policy asks for its own retirements (idle, max lifetime) through the
-// stopper; a signal or a Stop RPC has made its request already, and the
-// drains compose in the worker (drain.h).
+// exit. Every kFreshDialEvery-th poll dials a connection of its own, proving
+// that the worker still accepts new connections: after
+// kListenerLostAfter such dials in a row fail with a transient error, the
+// worker retires as "listener lost" (no client could reach it any more;
+// gRPC 1.51 never re-arms a listener after EMFILE). After
+// idle_poll_failure_limit failed polls in a row the ERROR is logged once and
+// polling goes on every kSlowPollFactor intervals, so that retirement
+// resumes when the self-poll recovers. Waits between turns end at once when a
+// stop is requested. The policy asks for its own retirements (idle, max
+// lifetime) through the stopper; a signal or a Stop RPC has made its request
+// already, and the drains compose in the worker (drain.h).
 #pragma once
 
 #include <functional>
@@ -33,6 +40,9 @@ inline constexpr double kDefaultIdlePollIntervalSeconds = 15;
 inline constexpr double kDefaultIdlePollDeadlineSeconds = 5;
 inline constexpr int kDefaultIdlePollFailureLimit = 20;
 inline constexpr double kDefaultSignalGraceSeconds = 0;
+inline constexpr int kFreshDialEvery = 4;
+inline constexpr int kListenerLostAfter = 3;
+inline constexpr int kSlowPollFactor = 4;
 
 struct RetirementOptions {
   // Idle at or past this retires the worker. Zero disables idle polling: no
@@ -45,7 +55,8 @@ struct RetirementOptions {
   // Deadline of each poll (> 0).
   Duration idle_poll_deadline =
       ToDuration(Seconds(kDefaultIdlePollDeadlineSeconds));
-  // After this many consecutive failed polls (>= 1) polling stops.
+  // After this many consecutive failed polls (>= 1) polling slows down to
+  // every kSlowPollFactor intervals.
   int idle_poll_failure_limit = kDefaultIdlePollFailureLimit;
   // The worker retires this long after start whatever it is doing. Zero
   // disables.
@@ -59,10 +70,17 @@ struct RetirementOptions {
   Duration signal_grace = ToDuration(Seconds(kDefaultSignalGraceSeconds));
 };
 
-enum class ExitReason { kIdle, kMaxLifetime, kSignal, kStopRpc, kRequested };
+enum class ExitReason {
+  kIdle,
+  kMaxLifetime,
+  kSignal,
+  kStopRpc,
+  kRequested,
+  kListenerLost
+};
 
-// ExitReasonName returns "idle", "max lifetime", "signal", "stop rpc" or
-// "requested".
+// ExitReasonName returns "idle", "max lifetime", "signal", "stop rpc",
+// "requested" or "listener lost".
 std::string_view ExitReasonName(ExitReason reason);
 
 // Retirement is why and how the loop ended.
@@ -82,6 +100,10 @@ class IdleSource {
   // IdleTime returns the worker's idle seconds, or the failed call's status
   // (see errors.h), within `timeout`.
   virtual absl::StatusOr<double> IdleTime(Duration timeout) = 0;
+  // FreshIdleTime is IdleTime over a connection dialled for this call alone.
+  virtual absl::StatusOr<double> FreshIdleTime(Duration timeout) {
+    return IdleTime(timeout);
+  }
   // Close releases the source. May fail; safe to call more than once.
   virtual absl::Status Close() = 0;
 };
@@ -104,8 +126,8 @@ class RetirementPolicy {
 
   // Run loops until the worker must retire or a stop was requested
   // elsewhere, closes the connection (a failed close is logged, never
-  // fatal), logs one line with the reason, calls the stopper for an idle or
-  // max-lifetime retirement and returns the reason.
+  // fatal), logs one line with the reason, calls the stopper for an idle,
+  // max-lifetime or listener-lost retirement and returns the reason.
   Retirement Run();
 
   // lifetime_end returns when the max lifetime ends (TimePoint::max() when
@@ -113,10 +135,10 @@ class RetirementPolicy {
   TimePoint lifetime_end() const;
 
  private:
-  enum class Poll { kContinue, kIdleExit };
+  enum class Poll { kContinue, kIdleExit, kListenerLost };
   Poll PollOnce(TimePoint now, TimePoint* next_poll);
-  // PollFailed logs a failed poll and decides whether polling goes on.
-  void PollFailed(TimePoint now, const absl::Status& status);
+  // PollFailed logs a failed poll and decides how polling goes on.
+  void PollFailed(TimePoint now, const absl::Status& status, bool fresh);
   // Decide returns the retirement due at `now`, if any.
   std::optional<Retirement> Decide(TimePoint now, TimePoint* next_poll);
   void LogRetirement(const Retirement& retirement) const;
@@ -132,6 +154,8 @@ class RetirementPolicy {
   std::unique_ptr<IdleSource> source_;
   bool polling_ = false;
   int consecutive_failures_ = 0;
+  int polls_ = 0;
+  int fresh_failures_ = 0;  // fresh dials failed in a row
   double last_idle_seconds_ = 0;
 };
 

@@ -18,7 +18,21 @@ class SelfPoll final : public IdleSource {
         hint_loopback_san_(hint_loopback_san) {}
 
   absl::StatusOr<double> IdleTime(Duration timeout) override {
-    absl::StatusOr<double> idle = connection_->IdleTime(timeout);
+    return Hinted(connection_->IdleTime(timeout));
+  }
+  absl::StatusOr<double> FreshIdleTime(Duration timeout) override {
+    absl::StatusOr<std::unique_ptr<WorkerConnection>> fresh =
+        WorkerConnection::Open(connection_->target(),
+                               connection_->credentials(),
+                               {.own_connection = true});
+    if (!fresh.ok()) return fresh.status();
+    return Hinted((*fresh)->IdleTime(timeout));
+  }
+  absl::Status Close() override { return connection_->Close(); }
+
+ private:
+  // Hinted adds the likely cause to a handshake error.
+  absl::StatusOr<double> Hinted(absl::StatusOr<double> idle) const {
     if (idle.ok() || !hint_loopback_san_ ||
         ClassifyError(Rpc::kIdle, idle.status()) !=
             ErrorKind::kHandshakeError) {
@@ -33,9 +47,7 @@ class SelfPoll final : public IdleSource {
             "'s host; set --tls-identity to a name the certificate "
             "has, or add the loopback SAN"));
   }
-  absl::Status Close() override { return connection_->Close(); }
 
- private:
   const std::unique_ptr<WorkerConnection> connection_;
   const bool hint_loopback_san_;
 };

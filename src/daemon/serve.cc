@@ -1,22 +1,25 @@
 // `cfdb-worker serve`: the worker, its server and its retirement policy in
 // one process.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cfdb/worker/containment.h"
+#include "cfdb/worker/credentials.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/worker.h"
+#include "core/errno_text.h"
 #include "core/log.h"
 #include "daemon/address.h"
 #include "daemon/commands.h"
 #include "daemon/config.h"
 #include "daemon/identity.h"
+#include "daemon/memory_trim.h"
 #include "daemon/retirement.h"
 #include "daemon/self_poll.h"
 #include "exec/job_guard.h"
@@ -77,6 +80,27 @@ void WarnAboutIdentity(const ServeConfig& config) {
   }
 }
 
+// RaiseDescriptorLimit raises the soft RLIMIT_NOFILE to the hard limit, so
+// that a burst of connections cannot starve the listener (gRPC 1.51 stops
+// accepting for good after EMFILE), and returns the soft limit it found,
+// which jobs get back (ExecOptions::nofile).
+rlim_t RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  const rlim_t original = limit.rlim_cur;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      spdlog::warn("cannot raise the descriptor limit to {}: {}",
+                   limit.rlim_max, ErrnoText(errno));
+      return 0;
+    }
+    spdlog::info("descriptor limit raised from {} to {}; jobs get {}", original,
+                 limit.rlim_max, original);
+  }
+  return original;
+}
+
 void LogDrain(const DrainReport& report) {
   LogEvent(spdlog::level::info,
            absl::StrFormat("drained in %.3f s: %d finished, %d cancelled",
@@ -94,6 +118,7 @@ void LogDrain(const DrainReport& report) {
 int RunServe(const ServeConfig& config) {
   // A write to a job's closed stdin must not kill the worker.
   std::signal(SIGPIPE, SIG_IGN);
+  const rlim_t nofile = RaiseDescriptorLimit();
   // Forked while this is the only thread (the worker starts its drain
   // thread): it kills the jobs' process groups if this process dies.
   absl::StatusOr<std::unique_ptr<JobGuard>> guard = JobGuard::Start();
@@ -128,24 +153,32 @@ int RunServe(const ServeConfig& config) {
     return kExitUsage;
   }
   WarnAboutIdentity(config);
-  // PEMs given in variables become files only this user may read.
-  Credentials credentials = config.credentials;
-  if (!config.tls.ca.pem.empty() || !config.tls.cert.pem.empty() ||
-      !config.tls.key.pem.empty()) {
-    absl::StatusOr<Credentials> written =
-        WritePemFiles(config.tls, credentials);
-    if (!written.ok()) {
-      spdlog::error("{}", written.status().ToString());
-      return kExitRuntimeFailure;
-    }
-    credentials = *written;
-  }
-  spdlog::info("{}", (*containment)->Describe());
   // Before any thread starts, so every thread inherits the blocked signals.
   if (absl::Status s = BlockStopSignals(); !s.ok()) {
     spdlog::error("cannot block signals: {}", s.ToString());
     return kExitRuntimeFailure;
   }
+  // The server and the self-poll use a private copy of the TLS files that
+  // only changes to a consistent set (and holds PEMs given in variables in
+  // files only this user may read).
+  Credentials credentials = config.credentials;
+  std::unique_ptr<CredentialMirror> mirror;
+  if (credentials.kind == Credentials::Kind::kMutualTls) {
+    absl::StatusOr<std::unique_ptr<CredentialMirror>> started =
+        CredentialMirror::Start(config.tls);
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return kExitRuntimeFailure;
+    }
+    mirror = *std::move(started);
+    mirror->Watch();
+    spdlog::info(
+        "TLS: serving a checked private copy of the files, in {}; the "
+        "files are re-read every {} s",
+        mirror->directory(), ToSeconds(config.tls.refresh_interval));
+    credentials = mirror->credentials();
+  }
+  spdlog::info("{}", (*containment)->Describe());
   // `shutdown` is declared after the worker so its signal thread, which
   // calls the worker, is joined before the worker goes away.
   Worker worker(config.worker);
@@ -159,14 +192,17 @@ int RunServe(const ServeConfig& config) {
     return kExitRuntimeFailure;
   }
   (*containment)->StartSweeping();
+  const MemoryTrimmer trimmer;
   ExecOptions exec = config.exec;
   exec.containment = containment->get();
+  exec.nofile = nofile;
   (void)worker.RegisterKind(kExecKind, ExecKind(exec));
   absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
       worker, ServerOptions{
                   .address = JoinHostPort(config.host, config.port),
                   .credentials = credentials,
                   .on_stop_rpc = [&] { shutdown.Stop(StopCause::kStopRpc); },
+                  .admit = config.admit,
               });
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
@@ -177,6 +213,11 @@ int RunServe(const ServeConfig& config) {
         "serving without TLS: any client that can reach {} may run "
         "programs here",
         JoinHostPort(config.host, (*server)->port()));
+  } else if (config.admit.empty()) {
+    spdlog::warn(
+        "no admission lists: every certificate the CA signed may call every "
+        "method, Dispatch and Stop included; set --tls-admit-control and "
+        "--tls-admit-observe (docs/SECURITY.md)");
   }
   const int port = (*server)->port();
   LogEvent(
@@ -213,13 +254,10 @@ int RunServe(const ServeConfig& config) {
         kShutdownStallSeconds);
   (*server)->Shutdown(kServerShutdownDeadline);
   alarm(0);
-  if (credentials.ca_file != config.credentials.ca_file) {
-    std::error_code ignored;  // the PEM files written above
-    std::filesystem::remove_all(
-        std::filesystem::path(credentials.key_file).parent_path(), ignored);
-  }
   spdlog::info("stopped");
-  return kExitOk;
+  // Not a clean retirement: the platform should know this task failed.
+  return retirement.reason == ExitReason::kListenerLost ? kExitRuntimeFailure
+                                                        : kExitOk;
 }
 
 }  // namespace cfdb::worker::cli

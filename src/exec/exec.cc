@@ -31,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "core/errno_text.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "exec/cgroup.h"
 #include "exec/job_pids.h"
 #include "exec/process_table.h"
@@ -102,6 +103,7 @@ struct ChildPlan {
   uid_t uid;
   gid_t gid;
   rlim_t nproc;                         // RLIMIT_NPROC; 0: unchanged
+  rlim_t nofile;                        // soft RLIMIT_NOFILE; 0: unchanged
   std::vector<const char*> candidates;  // paths to execve, in PATH order
   char* const* argv;
   char* const* envp;
@@ -135,6 +137,12 @@ void DropPrivileges(const ChildPlan& plan) {
   if (plan.nproc != 0) {
     const rlimit limit{plan.nproc, plan.nproc};
     if (setrlimit(RLIMIT_NPROC, &limit) != 0)
+      Fail(plan, ChildError::kSetup, errno);
+  }
+  if (rlimit files{};
+      plan.nofile != 0 && getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    files.rlim_cur = std::min(plan.nofile, files.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &files) != 0)
       Fail(plan, ChildError::kSetup, errno);
   }
   if (!plan.drop) return;
@@ -246,16 +254,18 @@ struct Identity {
   std::optional<JobUser> user;
   uid_t uid = 0;  // user->uid + the job's uid slot
   rlim_t nproc = 0;
+  rlim_t nofile = 0;
 };
 
 std::string StartFailure(const ExecSpec& spec, const Identity& who,
                          const ChildError& failure) {
   switch (failure.step) {
     case ChildError::kCwd:
-      return absl::StrCat("working directory ", who.cwd, ": ",
+      return absl::StrCat("working directory ", EscapedForLog(who.cwd), ": ",
                           ErrnoText(failure.error));
     case ChildError::kExec:
-      return absl::StrCat(spec.argv[0], ": ", ErrnoText(failure.error));
+      return absl::StrCat(EscapedForLog(spec.argv[0]), ": ",
+                          ErrnoText(failure.error));
     case ChildError::kSetup:
       break;
   }
@@ -299,6 +309,7 @@ absl::StatusOr<pid_t> Spawn(const ExecSpec& spec, const Identity& who, int in,
                  .uid = who.uid,
                  .gid = who.user ? who.user->gid : 0,
                  .nproc = who.nproc,
+                 .nofile = who.nofile,
                  .argv = argv.data(),
                  .envp = envp.data(),
                  .parent = getpid()};
@@ -672,12 +683,14 @@ JobOutcome RunExec(JobContext& ctx, const ExecOptions& options) {
     if (!problem.empty()) {
       return JobOutcome::Failed(
           Failure::kStartFailed,
-          absl::StrCat("working directory ", spec.cwd, ": ", problem));
+          absl::StrCat("working directory ", EscapedForLog(spec.cwd), ": ",
+                       problem));
     }
   }
   Identity who{.cwd = spec.cwd.empty() ? options.default_cwd : spec.cwd,
                .user = options.user,
-               .nproc = options.nproc};
+               .nproc = options.nproc,
+               .nofile = options.nofile};
   const std::optional<UidSlot> slot =
       options.user ? UidSlot::Take(options.user->uids) : std::nullopt;
   if (options.user) {

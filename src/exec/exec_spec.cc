@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/exec.h"
+#include "core/text.h"
 
 namespace cfdb::worker {
 namespace {
@@ -44,15 +45,17 @@ absl::Status ValidateExec(const JobRequest& request) {
   for (const auto& [name, value] : exec->env) {
     if (name.empty() || name.find('=') != name.npos || HasNul(name) ||
         HasNul(value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("exec.env: bad variable name or value for '", name,
-                       "' (names are non-empty without '='; no NUL bytes)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "exec.env: bad variable name or value for '", EscapedForLog(name),
+          "' (names are non-empty without '='; no NUL bytes)"));
     }
     bytes += name.size() + value.size() + 2;
   }
+  // The working directory counts too: a client cannot send a 20 MB one.
+  bytes += exec->cwd.size();
   if (bytes > kMaxExecArgBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "exec.argv and exec.env: ", bytes,
+        "exec.argv, exec.env and exec.cwd: ", bytes,
         " bytes in all, more than the limit of ", kMaxExecArgBytes));
   }
   if (HasNul(exec->cwd)) {

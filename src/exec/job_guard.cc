@@ -86,6 +86,5 @@ absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
 // process exits, whatever way, and cleans up then (were it to go now, it
 // would end the worker itself, which under cgroups is in the subtree it
 // removes).
-JobGuard::~JobGuard() = default;
 
 }  // namespace cfdb::worker

@@ -31,7 +31,7 @@ class JobGuard {
   static absl::StatusOr<std::unique_ptr<JobGuard>> Start();
 
   // Leaves the guard running: it ends when this process does.
-  ~JobGuard();
+  ~JobGuard() = default;
   JobGuard(const JobGuard&) = delete;
   JobGuard& operator=(const JobGuard&) = delete;
 

@@ -35,12 +35,22 @@ class ChannelPool {
     // many workers (a fleet reaper) keeps only what it uses.
     absl::erase_if(channels_,
                    [](const auto& entry) { return entry.second.expired(); });
-    grpc::ChannelArguments args;
-    wire::SetChannelArguments(credentials, args);
-    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-        target, wire::ChannelCredentials(credentials), args);
+    std::shared_ptr<grpc::Channel> channel =
+        NewChannel(target, credentials, /*own_connection=*/false);
     channels_[key] = channel;
     return channel;
+  }
+
+  // NewChannel makes a channel; with `own_connection`, one that shares no
+  // connection with any other (a subchannel pool of its own).
+  static std::shared_ptr<grpc::Channel> NewChannel(
+      const std::string& target, const Credentials& credentials,
+      bool own_connection) {
+    grpc::ChannelArguments args;
+    wire::SetChannelArguments(credentials, args);
+    if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(
+        target, wire::ChannelCredentials(credentials), args);
   }
 
  private:
@@ -122,12 +132,14 @@ class WorkerConnection::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
-    std::string target, Credentials credentials) {
+    std::string target, Credentials credentials, ConnectionOptions options) {
   if (target.empty()) {
     return absl::InvalidArgumentError("worker address is empty");
   }
-  auto impl =
-      std::make_unique<Impl>(ChannelPool::Get().Acquire(target, credentials));
+  auto impl = std::make_unique<Impl>(
+      options.own_connection
+          ? ChannelPool::NewChannel(target, credentials, true)
+          : ChannelPool::Get().Acquire(target, credentials));
   return std::unique_ptr<WorkerConnection>(new WorkerConnection(
       std::move(target), std::move(credentials), std::move(impl)));
 }

@@ -4,10 +4,12 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/errno_text.h"
+#include "rpc/tls_files.h"
 
 namespace cfdb::worker {
 namespace {
@@ -52,32 +55,76 @@ absl::StatusOr<std::string> Read(const TlsSettings::File& file) {
   return text.str();
 }
 
-// ParsePem reads `file` and parses its first PEM object of the kind `parse`
-// reads (e.g. PEM_read_bio_X509); `what` names the kind in errors.
-template <typename T, typename Parse, typename Free>
-absl::StatusOr<std::unique_ptr<T, Free>> ParsePem(const TlsSettings::File& file,
-                                                  Parse parse, Free free,
-                                                  std::string_view what) {
-  absl::StatusOr<std::string> pem = Read(file);
-  if (!pem.ok()) return pem.status();
-  Bio bio(BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size())),
-          BIO_free);
-  std::unique_ptr<T, Free> parsed(
-      parse(bio.get(), nullptr, NoPassphrase, nullptr), free);
-  if (parsed == nullptr) {
-    return Bad(file, absl::StrCat("not a PEM ", std::string(what), ": ",
-                                  OpenSslError()));
+Bio MemoryBio(const std::string& pem) {
+  return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())),
+             BIO_free);
+}
+
+// Certificates returns every certificate in `pem` (at least one).
+absl::StatusOr<std::vector<X509Ptr>> Certificates(const TlsSettings::File& file,
+                                                  const std::string& pem) {
+  Bio bio = MemoryBio(pem);
+  std::vector<X509Ptr> certificates;
+  while (X509* cert =
+             PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)) {
+    certificates.emplace_back(cert, X509_free);
   }
-  return parsed;
+  const unsigned long last = ERR_peek_last_error();
+  if (!certificates.empty() && ERR_GET_REASON(last) == PEM_R_NO_START_LINE) {
+    ERR_clear_error();  // the end of the file, after the last certificate
+  } else if (certificates.empty() || last != 0) {
+    return Bad(file, absl::StrCat("not a PEM certificate: ", OpenSslError()));
+  }
+  return certificates;
 }
 
-absl::StatusOr<X509Ptr> FirstCertificate(const TlsSettings::File& file) {
-  return ParsePem<X509>(file, PEM_read_bio_X509, &X509_free, "certificate");
+absl::StatusOr<KeyPtr> PrivateKey(const TlsSettings::File& file,
+                                  const std::string& pem) {
+  if (pem.find("ENCRYPTED") != std::string::npos) {
+    return Bad(file,
+               "is an encrypted key, and the worker never asks for a pass "
+               "phrase: give it the key decrypted (openssl pkey -in KEY -out "
+               "PLAIN), readable by the worker alone");
+  }
+  Bio bio = MemoryBio(pem);
+  KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr),
+             EVP_PKEY_free);
+  if (key == nullptr) {
+    return Bad(file, absl::StrCat("not a PEM private key: ", OpenSslError()));
+  }
+  return key;
 }
 
-absl::StatusOr<KeyPtr> PrivateKey(const TlsSettings::File& file) {
-  return ParsePem<EVP_PKEY>(file, PEM_read_bio_PrivateKey, &EVP_PKEY_free,
-                            "private key");
+std::string Where(const TlsSettings::File& file) {
+  return file.pem.empty() ? file.path : file.source;
+}
+
+// VerifyChain checks that `chain`'s first certificate chains to one of
+// `cas` (the others are untrusted intermediates) and is valid now.
+absl::Status VerifyChain(const TlsSettings& settings,
+                         const std::vector<X509Ptr>& cas,
+                         const std::vector<X509Ptr>& chain) {
+  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(
+      X509_STORE_new(), X509_STORE_free);
+  for (const X509Ptr& ca : cas) X509_STORE_add_cert(store.get(), ca.get());
+  std::unique_ptr<STACK_OF(X509), void (*)(STACK_OF(X509)*)> untrusted(
+      sk_X509_new_null(), [](STACK_OF(X509) * s) { sk_X509_free(s); });
+  for (size_t i = 1; i < chain.size(); ++i) {
+    sk_X509_push(untrusted.get(), chain[i].get());
+  }
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> ctx(
+      X509_STORE_CTX_new(), X509_STORE_CTX_free);
+  if (X509_STORE_CTX_init(ctx.get(), store.get(), chain.front().get(),
+                          untrusted.get()) != 1 ||
+      X509_verify_cert(ctx.get()) != 1) {
+    const int error = X509_STORE_CTX_get_error(ctx.get());
+    ERR_clear_error();
+    return Bad(
+        settings.cert,
+        absl::StrCat("does not verify against the CA in ", Where(settings.ca),
+                     ": ", X509_verify_cert_error_string(error)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -85,7 +132,39 @@ absl::StatusOr<KeyPtr> PrivateKey(const TlsSettings::File& file) {
 std::string Credentials::Key() const {
   if (kind == Kind::kInsecure) return "insecure";
   return absl::StrCat("mtls\n", ca_file, "\n", cert_file, "\n", key_file, "\n",
-                      identity, "\n", refresh_interval.count());
+                      identity, "\n", refresh_interval.count(), "\n",
+                      crl_directory);
+}
+
+absl::StatusOr<PemSet> ReadPemSet(const TlsSettings& settings) {
+  PemSet pems;
+  const std::pair<const TlsSettings::File*, std::string*> files[] = {
+      {&settings.ca, &pems.ca},
+      {&settings.cert, &pems.cert},
+      {&settings.key, &pems.key}};
+  for (const auto& [file, text] : files) {
+    absl::StatusOr<std::string> read = Read(*file);
+    if (!read.ok()) return read.status();
+    *text = *std::move(read);
+  }
+  return pems;
+}
+
+absl::Status CheckPemSet(const TlsSettings& settings, const PemSet& pems) {
+  absl::StatusOr<std::vector<X509Ptr>> cas = Certificates(settings.ca, pems.ca);
+  if (!cas.ok()) return cas.status();
+  absl::StatusOr<std::vector<X509Ptr>> chain =
+      Certificates(settings.cert, pems.cert);
+  if (!chain.ok()) return chain.status();
+  absl::StatusOr<KeyPtr> key = PrivateKey(settings.key, pems.key);
+  if (!key.ok()) return key.status();
+  if (X509_check_private_key(chain->front().get(), key->get()) != 1) {
+    ERR_clear_error();
+    return Bad(settings.key,
+               absl::StrCat("does not belong to the certificate in ",
+                            Where(settings.cert)));
+  }
+  return VerifyChain(settings, *cas, *chain);
 }
 
 absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
@@ -106,20 +185,17 @@ absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
     return absl::InvalidArgumentError(
         "TLS refresh interval: must be at least 1 s");
   }
-  if (absl::StatusOr<X509Ptr> ca = FirstCertificate(settings.ca); !ca.ok()) {
-    return ca.status();
+  if (!settings.crl_directory.empty()) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(settings.crl_directory, error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TLS CRL directory: ", settings.crl_directory,
+                       " is not a directory"));
+    }
   }
-  absl::StatusOr<X509Ptr> cert = FirstCertificate(settings.cert);
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<KeyPtr> key = PrivateKey(settings.key);
-  if (!key.ok()) return key.status();
-  if (X509_check_private_key(cert->get(), key->get()) != 1) {
-    ERR_clear_error();
-    return Bad(settings.key,
-               absl::StrCat("does not belong to the certificate in ",
-                            settings.cert.pem.empty() ? settings.cert.path
-                                                      : settings.cert.source));
-  }
+  absl::StatusOr<PemSet> pems = ReadPemSet(settings);
+  if (!pems.ok()) return pems.status();
+  if (absl::Status s = CheckPemSet(settings, *pems); !s.ok()) return s;
   Credentials credentials;
   credentials.kind = Credentials::Kind::kMutualTls;
   credentials.ca_file = settings.ca.path;
@@ -127,38 +203,7 @@ absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
   credentials.key_file = settings.key.path;
   credentials.identity = settings.identity;
   credentials.refresh_interval = settings.refresh_interval;
-  return credentials;
-}
-
-absl::StatusOr<Credentials> WritePemFiles(const TlsSettings& settings,
-                                          Credentials credentials,
-                                          const std::string& parent) {
-  std::string dir = parent + "/cfdb-worker-tls-XXXXXX";
-  if (mkdtemp(dir.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("cannot make a directory under ",
-                                            parent, ": ", ErrnoText(errno)));
-  }
-  const std::pair<const TlsSettings::File*, std::string*> files[] = {
-      {&settings.ca, &credentials.ca_file},
-      {&settings.cert, &credentials.cert_file},
-      {&settings.key, &credentials.key_file}};
-  const char* names[] = {"ca.pem", "cert.pem", "key.pem"};
-  for (int i = 0; i < 3; ++i) {
-    const auto& [file, path] = files[i];
-    if (file->pem.empty()) continue;
-    const std::string target = absl::StrCat(dir, "/", names[i]);
-    const int fd =
-        open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, file->pem.data(), file->pem.size()) !=
-                      static_cast<ssize_t>(file->pem.size())) {
-      const std::string why = ErrnoText(errno);
-      if (fd >= 0) close(fd);
-      return absl::InternalError(
-          absl::StrCat("cannot write ", target, ": ", why));
-    }
-    close(fd);
-    *path = target;
-  }
+  credentials.crl_directory = settings.crl_directory;
   return credentials;
 }
 

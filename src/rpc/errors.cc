@@ -83,9 +83,10 @@ ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
     // Our clients never cancel a call of their own accord: a CANCELLED call
     // was cut off by the worker (its shutdown cancels what is still open).
     case C::kCancelled:
-      return ErrorKind::kTransient;
     case C::kResourceExhausted:  // the docket is full (size limits above)
       return ErrorKind::kTransient;
+    case C::kPermissionDenied:
+      return ErrorKind::kPermissionDenied;
     case C::kUnknown:
     case C::kInternal:
       return HasTransportEvidence(status) ? ErrorKind::kTransient
@@ -109,6 +110,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "handshake error";
     case ErrorKind::kRpcError:
       return "rpc error";
+    case ErrorKind::kPermissionDenied:
+      return "permission denied";
     case ErrorKind::kOutcomeUnknown:
       return "accepted, outcome unknown";
     case ErrorKind::kAcceptedDeadlineExceeded:
@@ -128,6 +131,8 @@ int ExitCodeFor(ErrorKind kind) {
       return 75;
     case ErrorKind::kRpcError:
       return 76;
+    case ErrorKind::kPermissionDenied:
+      return 77;
     case ErrorKind::kOutcomeUnknown:
     case ErrorKind::kMaybeStarted:
       return 74;

@@ -6,7 +6,9 @@
 #include "cfdb/worker/exec.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "rpc/san_match.h"
 
 namespace cfdb::worker::wire {
 
@@ -144,6 +146,36 @@ CertificateProvider(const Credentials& credentials) {
       static_cast<unsigned>(std::max<int64_t>(refresh.count(), 1)));
 }
 
+// SanVerifier checks the worker's certificate against the name the client
+// expects (the --tls-identity, else the dialled host) by SANs only: gRPC's
+// own host name check would fall back to the Common Name.
+class SanVerifier final
+    : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)>,
+              grpc::Status* sync_status) override {
+    auto strings = [](const std::vector<grpc::string_ref>& refs) {
+      std::vector<std::string> out;
+      out.reserve(refs.size());
+      for (const grpc::string_ref& r : refs)
+        out.emplace_back(r.data(), r.size());
+      return out;
+    };
+    const grpc::string_ref target = request->target_name();
+    const std::string problem = IdentityProblem(
+        HostOf(std::string_view(target.data(), target.size())),
+        strings(request->dns_names()), strings(request->ip_names()));
+    *sync_status =
+        problem.empty()
+            ? grpc::Status::OK
+            : grpc::Status(grpc::StatusCode::UNAUTHENTICATED, problem);
+    return true;
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {
+  }
+};
+
 }  // namespace
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
@@ -157,6 +189,9 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
   options.watch_identity_key_cert_pairs();
   options.set_cert_request_type(
       GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!credentials.crl_directory.empty()) {
+    options.set_crl_directory(credentials.crl_directory);
+  }
   return grpc::experimental::TlsServerCredentials(options);
 }
 
@@ -170,6 +205,14 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();
   options.set_verify_server_certs(true);
+  // The identity by SANs only (SanVerifier), so gRPC's per-call host check
+  // with its Common Name fallback is off.
+  options.set_certificate_verifier(
+      grpc::experimental::ExternalCertificateVerifier::Create<SanVerifier>());
+  options.set_check_call_host(false);
+  if (!credentials.crl_directory.empty()) {
+    options.set_crl_directory(credentials.crl_directory);
+  }
   return grpc::experimental::TlsCredentials(options);
 }
 

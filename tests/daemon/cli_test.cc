@@ -209,8 +209,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadStart{
             {"serve"}, {{"CFDB_WORKER_PORT", "65536"}}, "CFDB_WORKER_PORT"},
         BadStart{{"serve", "--no-such-flag"}, {}, "--no-such-flag"},
+        BadStart{{"dispatch", "--env", "NOEQUALS", "--", "true"}, {}, "--env"},
+        // Plaintext only on loopback, by address, never by a name's prefix.
+        BadStart{{"serve", "--host", "127.evil.example"}, {}, "not a loopback"},
+        BadStart{{"serve", "--host", "127.0.0.1.nip.io"}, {}, "not a loopback"},
+        BadStart{{"serve", "--host", "127.0.0.1 "}, {}, "not a loopback"},
         BadStart{
-            {"dispatch", "--env", "NOEQUALS", "--", "true"}, {}, "--env"}));
+            {"serve", "--host", "localhost.example"}, {}, "not a loopback"},
+        BadStart{{"serve", "--host", "0.0.0.0"}, {}, "not a loopback"},
+        BadStart{{"serve"}, {{"CFDB_WORKER_HOST", "::"}}, "CFDB_WORKER_HOST"},
+        // Admission needs client certificates.
+        BadStart{{"serve", "--tls-admit-control", "api.cfdb.internal"},
+                 {},
+                 "--tls-admit-control"},
+        BadStart{{"serve"},
+                 {{"CFDB_WORKER_TLS_ADMIT_OBSERVE", "worker\x01"}},
+                 "CFDB_WORKER_TLS_ADMIT_OBSERVE"}));
+
+// Loopback literals (and localhost) serve plaintext.
+TEST(CliTest, LoopbackHostsServePlaintext) {
+  for (const char* host : {"127.0.0.1", "127.0.0.2", "localhost"}) {
+    CollectingJob serve(Command({"serve", "--host", host, "--port", "0",
+                                 "--max-lifetime-seconds", "0.2"}));
+    EXPECT_EQ(RunExec(serve), JobOutcome::Exited(0)) << host << serve.err();
+  }
+}
 
 TEST(CliTest, AnAddressOfAnotherHostSaysSo) {
   CollectingJob serve(

@@ -26,6 +26,7 @@ using Json = nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr char kTemplatePath[] = CFDB_WORKERS_TEMPLATE;
 constexpr char kSpecPath[] = CFDB_CFNSPEC_JSON;
@@ -461,6 +462,29 @@ TEST_F(CloudFormationTest, WorkerVariablesComeFromParameters) {
   }
   EXPECT_GE(knobs, 3);
   EXPECT_EQ(Environment("CFDB_WORKER_HOST").Scalar(), "0.0.0.0");
+}
+
+// Issue 13: the API may control, the workers' own (shared) certificate may
+// only observe, so one leaked worker key cannot dispatch or stop anything.
+TEST_F(CloudFormationTest, AdmitsControlAndObserveIdentitiesSeparately) {
+  const YAML::Node control = Environment("CFDB_WORKER_TLS_ADMIT_CONTROL");
+  const YAML::Node observe = Environment("CFDB_WORKER_TLS_ADMIT_OBSERVE");
+  ASSERT_TRUE(control && observe);
+  EXPECT_EQ(control.Scalar(), "WorkerTlsAdmitControl");
+  EXPECT_EQ(observe.Scalar(), "WorkerTlsAdmitObserve");
+  const std::string control_default =
+      Parameter("WorkerTlsAdmitControl")["Default"].Scalar();
+  const std::string observe_default =
+      Parameter("WorkerTlsAdmitObserve")["Default"].Scalar();
+  const std::string worker_identity =
+      Parameter("WorkerTlsIdentity")["Default"].Scalar();
+  EXPECT_EQ(observe_default, worker_identity)
+      << "the self-poll and the health check present the worker's own "
+         "certificate";
+  EXPECT_THAT(control_default, Not(HasSubstr(worker_identity)))
+      << "the worker's own identity must not control";
+  EXPECT_EQ(Parameter("WorkerLogFormat")["Default"].Scalar(), "json");
+  EXPECT_EQ(Environment("CFDB_WORKER_LOG_FORMAT").Scalar(), "WorkerLogFormat");
 }
 
 TEST_F(CloudFormationTest, TlsMaterialComesFromSecrets) {

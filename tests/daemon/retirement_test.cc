@@ -24,9 +24,23 @@ struct FakeIdleSource {
   std::deque<absl::StatusOr<double>> script;
   std::vector<TimePoint> polls;
   std::vector<Duration> timeouts;
+  // Answers of fresh dials, if set (else as `script`); the last repeats.
+  std::deque<absl::StatusOr<double>> fresh_script;
+  int fresh_polls = 0;
   absl::Status close_status;
   int closes = 0;
 };
+
+// Next returns the script's next answer; the last one repeats.
+absl::StatusOr<double> Next(std::deque<absl::StatusOr<double>>& script) {
+  // Value or status, not the StatusOr copied whole (GCC 12 then warns of
+  // the value of an error "maybe uninitialized").
+  const absl::StatusOr<double>& front = script.front();
+  absl::StatusOr<double> answer =
+      front.ok() ? absl::StatusOr<double>(*front) : front.status();
+  if (script.size() > 1) script.pop_front();
+  return answer;
+}
 
 class SourceProxy : public IdleSource {
  public:
@@ -34,9 +48,13 @@ class SourceProxy : public IdleSource {
   absl::StatusOr<double> IdleTime(Duration timeout) override {
     fake_.polls.push_back(fake_.clock.Now());
     fake_.timeouts.push_back(timeout);
-    absl::StatusOr<double> answer = fake_.script.front();
-    if (fake_.script.size() > 1) fake_.script.pop_front();
-    return answer;
+    return Next(fake_.script);
+  }
+  absl::StatusOr<double> FreshIdleTime(Duration timeout) override {
+    if (fake_.fresh_script.empty()) return IdleTime(timeout);
+    fake_.polls.push_back(fake_.clock.Now());
+    ++fake_.fresh_polls;
+    return Next(fake_.fresh_script);
   }
   absl::Status Close() override {
     ++fake_.closes;
@@ -200,16 +218,59 @@ TEST_F(RetirementTest, SuccessResetsTheConsecutiveFailureCount) {
   EXPECT_EQ(CountLines("warning"), 2);
 }
 
-TEST_F(RetirementTest, SustainedFailureLogsOneErrorAndStopsPolling) {
+// Past the failure limit: one ERROR, then polls every kSlowPollFactor
+// intervals, not never again.
+TEST_F(RetirementTest, SustainedFailureLogsOneErrorAndPollsSlowly) {
   options_.idle_poll_failure_limit = 2;
   options_.max_lifetime = hours(1);
   Script({absl::InternalError("boom")});
   const Retirement exit = Run();
   EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
-  EXPECT_EQ(source_.polls.size(), 2u) << "no polls after the escalation";
+  ASSERT_GE(source_.polls.size(), 4u);
+  EXPECT_EQ(source_.polls[1] - source_.polls[0], seconds(15));
+  EXPECT_EQ(source_.polls[3] - source_.polls[2], seconds(15) * kSlowPollFactor)
+      << "slow after the limit";
+  // Polls at 15 s and 30 s, then every 60 s from 90 s to 3570 s.
+  EXPECT_EQ(source_.polls.size(), 2u + 60u);
   EXPECT_EQ(CountLines("error"), 1);
   EXPECT_THAT(log_.str(), HasSubstr("rpc error (INTERNAL: boom)"));
   EXPECT_THAT(log_.str(), HasSubstr("max lifetime backstop in"));
+}
+
+// Retirement resumes once the self-poll recovers.
+TEST_F(RetirementTest, AfterTheFailureLimitARecoveredPollStillRetires) {
+  options_.idle_poll_failure_limit = 2;
+  Script({absl::InternalError("boom"), absl::InternalError("boom"),
+          absl::InternalError("boom"), 700.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_THAT(log_.str(), HasSubstr("answered again after 3 failures"));
+}
+
+// Fresh dials that are not answered while the pooled connection is: the
+// listener is gone, and the worker retires saying so.
+TEST_F(RetirementTest, FreshDialsThatFailMeanTheListenerIsLost) {
+  source_.fresh_script = {absl::UnavailableError("failed to connect")};
+  Script({5.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kListenerLost);
+  EXPECT_EQ(source_.fresh_polls, kListenerLostAfter);
+  EXPECT_EQ(source_.polls.size(),
+            static_cast<size_t>(kFreshDialEvery * kListenerLostAfter));
+  ASSERT_EQ(stops_.size(), 1u);
+  EXPECT_EQ(stops_[0], hours(6)) << "jobs in flight still drain";
+  EXPECT_THAT(log_.str(), HasSubstr("listener lost"));
+  EXPECT_EQ(CountLines("error"), 1);
+}
+
+// One fresh dial that works clears the count.
+TEST_F(RetirementTest, AFreshDialThatWorksClearsTheCount) {
+  options_.max_lifetime = seconds(15 * kFreshDialEvery * 6);
+  source_.fresh_script = {
+      absl::UnavailableError("x"), absl::UnavailableError("x"), 5.0,
+      absl::UnavailableError("x"), absl::UnavailableError("x"), 5.0};
+  Script({5.0});
+  EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
 }
 
 TEST_F(RetirementTest, ErrorWithMaxLifetimeDisabledPromisesNoBackstop) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,14 +166,21 @@ TEST_F(SandboxTest, TheWorkerDropsToItsUserAndKeepsNoPemInItsEnvironment) {
   auto connection = WorkerConnection::Open(
       absl::StrCat("127.0.0.1:", daemon.port()), pki.Mtls(worker));
   ASSERT_TRUE(connection.ok());
+  std::smatch copy;
+  const std::string log = daemon.log();
+  ASSERT_TRUE(std::regex_search(
+      log, copy, std::regex(R"(private copy of the files, in (\S+);)")))
+      << log;
   std::optional<JobOutcome> outcome;
   const std::string out =
       RunJob(**connection,
              {"sh", "-c",
-              "id -u; cat /tmp/cfdb-worker-tls-*/key.pem 2>&1 | head -c 200"},
+              absl::StrCat("id -u; cat ", copy[1].str(),
+                           "/current/key.pem 2>&1 | head -c 200")},
              &outcome);
   EXPECT_THAT(out, ::testing::StartsWith("20000\n")) << out;
   EXPECT_THAT(out, ::testing::Not(HasSubstr("PRIVATE KEY"))) << out;
+  EXPECT_THAT(out, HasSubstr("Permission denied")) << "the file is there";
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0))
       << "it still retires: " << daemon.log();
   EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle"));

@@ -36,6 +36,8 @@
 namespace cfdb::worker {
 namespace {
 
+using testing::StatusNumber;
+
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::Daemon;
@@ -234,21 +236,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Row{First::kStopRpc, Second::kStopLonger}),
     [](const auto& p) { return Name(p.param); });
 
-// StatusNumber returns a number field of /proc/<pid>/status ("Threads",
-// "VmRSS" in kB).
-int64_t StatusNumber(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with(absl::StrCat(field, ":"))) continue;
-    std::vector<std::string> words =
-        absl::StrSplit(line.substr(field.size() + 1), absl::ByAnyChar(" \t"),
-                       absl::SkipEmpty());
-    int64_t value = -1;
-    if (!words.empty() && absl::SimpleAtoi(words[0], &value)) return value;
-  }
-  return -1;
-}
-
 // 300 concurrent Stop(-1) calls while a job runs: every call waits for the
 // one drain without a thread of its own, and all are answered when it ends.
 TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
@@ -262,7 +249,9 @@ TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
   const int64_t threads_before = StatusNumber(daemon.pid(), "Threads");
   const int64_t rss_before = StatusNumber(daemon.pid(), "VmRSS");
 
-  constexpr int kChannels = 10, kCallsPerChannel = 30;
+  // Ten calls per connection: each may hold max_concurrent_tasks +
+  // kControlStreams streams at once (ServerLimits), more would queue.
+  constexpr int kChannels = 30, kCallsPerChannel = 10;
   struct Call {
     grpc::ClientContext context;
     v1::StopReply reply;

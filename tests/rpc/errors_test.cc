@@ -30,6 +30,9 @@ TEST(ClassifyErrorTest, EveryCodeBeforeAcceptanceHasItsKind) {
         case C::kUnauthenticated:
           want = ErrorKind::kHandshakeError;
           break;
+        case C::kPermissionDenied:
+          want = ErrorKind::kPermissionDenied;
+          break;
         case C::kDeadlineExceeded:
           want = rpc == Rpc::kDispatch ? ErrorKind::kMaybeStarted
                                        : ErrorKind::kTransient;
@@ -109,7 +112,8 @@ TEST(ClassifyErrorTest, TheCauseDecidesNotTheCode) {
        ErrorKind::kRpcError},
       {Rpc::kDispatch, C::kUnknown, "handler threw", ErrorKind::kRpcError},
       {Rpc::kDispatch, C::kInternal, "bad state", ErrorKind::kRpcError},
-      {Rpc::kStop, C::kPermissionDenied, "not allowed", ErrorKind::kRpcError},
+      {Rpc::kStop, C::kPermissionDenied, "Stop: permission denied for identity",
+       ErrorKind::kPermissionDenied},
       {Rpc::kDispatch, C::kUnimplemented, "", ErrorKind::kRpcError},
       {Rpc::kDispatch, C::kUnavailable,
        "Received message larger than max (5007 vs. 1000)",
@@ -147,6 +151,7 @@ TEST(ClassifyErrorTest, ExitCodesAreDistinct) {
   EXPECT_EQ(ExitCodeFor(ErrorKind::kTransient), 75);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kHandshakeError), 75);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kRpcError), 76);
+  EXPECT_EQ(ExitCodeFor(ErrorKind::kPermissionDenied), 77);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kOutcomeUnknown), 74);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kAcceptedDeadlineExceeded), 73);
   EXPECT_EQ(ExitCodeFor(ErrorKind::kMaybeStarted), 74);

@@ -22,6 +22,7 @@ namespace {
 
 using std::chrono::seconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Pem;
 using testing::TestPki;
 
@@ -122,6 +123,22 @@ TEST_F(TlsTest, ExpiredClientCertificateIsRefused) {
   EXPECT_FALSE(MarkerExists()) << "nothing ran";
 }
 
+// Revocation: a client certificate in the CRL directory is refused, the
+// others are not.
+TEST_F(TlsTest, ARevokedClientIsRefused) {
+  const Pem revoked = pki_.Leaf("revoked", {"DNS:revoked.cfdb.internal"});
+  Credentials served = pki_.Mtls(worker_pem_);
+  served.crl_directory = pki_.Revoke({&revoked});
+  server_.reset();
+  StartServer(served);
+  EXPECT_FALSE(Connect(pki_.Mtls(revoked, kIdentity))->IdleTime(kTimeout).ok());
+  EXPECT_FALSE(
+      Connect(pki_.Mtls(revoked, kIdentity))->Dispatch(MarkerJob(), {}).ok());
+  EXPECT_FALSE(MarkerExists()) << "nothing ran";
+  EXPECT_TRUE(
+      Connect(pki_.Mtls(client_pem_, kIdentity))->IdleTime(kTimeout).ok());
+}
+
 TEST_F(TlsTest, ExpectingAnotherIdentityFailsAsAHandshakeError) {
   auto connection = Connect(pki_.Mtls(client_pem_, "other.cfdb.internal"));
   absl::StatusOr<double> idle = connection->IdleTime(kTimeout);
@@ -204,6 +221,67 @@ TEST(TlsDaemonTest, MalformedFileIsRefusedWithTheFileAndReason) {
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
   EXPECT_THAT(job.err(),
               HasSubstr("--tls-ca: " + worker.key + ": not a PEM certificate"));
+}
+
+// An encrypted key is a clear error at once, even with a terminal where
+// OpenSSL would prompt for a pass phrase.
+TEST(TlsDaemonTest, AnEncryptedKeyIsAnErrorNotAPrompt) {
+  TestPki pki;
+  const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  const std::string encrypted = pki.dir() + "/encrypted.key";
+  testing::CollectingJob encrypt(
+      testing::ExecRequest({"openssl", "pkey", "-in", worker.key, "-aes256",
+                            "-passout", "pass:x", "-out", encrypted}));
+  ASSERT_EQ(RunExec(encrypt), JobOutcome::Exited(0)) << encrypt.err();
+  // script(1) gives the worker a terminal on its stdin.
+  JobRequest serve = testing::ExecRequest(
+      {"script", "-qec",
+       absl::StrCat(testing::Binary(), " serve --port 0 --tls-ca ",
+                    pki.ca().cert, " --tls-cert ", worker.cert, " --tls-key ",
+                    encrypted),
+       "/dev/null"});
+  MutableExec(serve).time_limit = seconds(20);
+  testing::CollectingJob job(serve);
+  EXPECT_EQ(RunExec(job), JobOutcome::Exited(2)) << job.out() << job.err();
+  EXPECT_THAT(job.out() + job.err(), HasSubstr("is an encrypted key"));
+}
+
+// The template's default lists: the worker's own certificate observes (its
+// self-poll and the health check work, and it retires itself when idle),
+// and may not dispatch: exit 77, naming the method and the identity seen.
+TEST(TlsDaemonTest, UnderTheDefaultListsTheWorkerObservesButDoesNotControl) {
+  TestPki pki;
+  const Pem worker =
+      pki.Leaf("worker", {std::string("DNS:") + kIdentity, "IP:127.0.0.1"});
+  const std::vector<std::string> tls = {
+      "--tls-ca",  pki.ca().cert, "--tls-cert",     worker.cert,
+      "--tls-key", worker.key,    "--tls-identity", kIdentity};
+  std::vector<std::string> args = tls;
+  args.insert(args.end(),
+              {"--tls-admit-control", "api.cfdb.internal",
+               "--tls-admit-observe", kIdentity, "--idle-timeout-seconds", "3",
+               "--idle-poll-interval-seconds", "0.2"});
+  testing::Daemon daemon(args);
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto client = [&](std::vector<std::string> command) {
+    command.insert(command.end(), tls.begin(), tls.end());
+    command.insert(command.end(),
+                   {"--address", absl::StrCat("127.0.0.1:", daemon.port())});
+    return testing::Command(command);
+  };
+  testing::CollectingJob health(client({"health"}));
+  EXPECT_EQ(RunExec(health), JobOutcome::Exited(0)) << health.err();
+  JobRequest dispatch = client({"dispatch", "--no-stdin"});
+  MutableExec(dispatch).argv.insert(MutableExec(dispatch).argv.end(),
+                                    {"--", "true"});
+  testing::CollectingJob denied(dispatch);
+  EXPECT_EQ(RunExec(denied), JobOutcome::Exited(77));
+  EXPECT_THAT(denied.err(), HasSubstr("permission denied"));
+  EXPECT_THAT(denied.err(), HasSubstr(std::string("Dispatch")));
+  EXPECT_THAT(denied.err(), HasSubstr(kIdentity));
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle for"));
+  EXPECT_THAT(daemon.log(), Not(HasSubstr("no admission lists")));
 }
 
 TEST(TlsDaemonTest, KeyOfAnotherCertificateIsRefused) {

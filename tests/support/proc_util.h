@@ -10,8 +10,25 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace cfdb::worker::testing {
+
+// StatusNumber returns a number field of /proc/<pid>/status ("Threads",
+// "VmRSS" in KiB), or -1.
+inline int64_t StatusNumber(pid_t pid, const std::string& field) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with(absl::StrCat(field, ":"))) continue;
+    std::vector<std::string> words =
+        absl::StrSplit(line.substr(field.size() + 1), absl::ByAnyChar(" \t"),
+                       absl::SkipEmpty());
+    int64_t value = -1;
+    if (!words.empty() && absl::SimpleAtoi(words[0], &value)) return value;
+  }
+  return -1;
+}
 
 // Children returns the pids (zombies included) whose parent is `parent`.
 inline std::vector<pid_t> Children(pid_t parent) {

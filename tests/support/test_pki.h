@@ -102,6 +102,43 @@ class TestPki {
     return c;
   }
 
+  // Revoke writes a CRL of the test CA revoking `revoked` into a new
+  // directory, named by the CA's subject hash as `openssl rehash` would
+  // (HASH.r0), and returns the directory.
+  std::string Revoke(const std::vector<const Pem*>& revoked) {
+    const std::string dir = dir_ + "/crl-" + std::to_string(++serial_);
+    std::filesystem::create_directory(dir);
+    X509* ca = ReadCert(ca_.cert);
+    EVP_PKEY* ca_key = ReadKey(ca_.key);
+    X509_CRL* crl = X509_CRL_new();
+    X509_CRL_set_version(crl, 1);
+    X509_CRL_set_issuer_name(crl, X509_get_subject_name(ca));
+    ASN1_TIME* now = X509_gmtime_adj(nullptr, 0);
+    ASN1_TIME* next = X509_gmtime_adj(nullptr, 3600);
+    X509_CRL_set1_lastUpdate(crl, now);
+    X509_CRL_set1_nextUpdate(crl, next);
+    for (const Pem* pem : revoked) {
+      X509* cert = ReadCert(pem->cert);
+      X509_REVOKED* entry = X509_REVOKED_new();
+      X509_REVOKED_set_serialNumber(entry, X509_get_serialNumber(cert));
+      X509_REVOKED_set_revocationDate(entry, now);
+      X509_CRL_add0_revoked(crl, entry);
+      X509_free(cert);
+    }
+    X509_CRL_sort(crl);
+    X509_CRL_sign(crl, ca_key, EVP_sha256());
+    char name[32];
+    snprintf(name, sizeof name, "/%08lx.r0",
+             X509_NAME_hash(X509_get_subject_name(ca)));
+    Write(dir + name, [&](FILE* f) { PEM_write_X509_CRL(f, crl); });
+    X509_CRL_free(crl);
+    ASN1_TIME_free(now);
+    ASN1_TIME_free(next);
+    X509_free(ca);
+    EVP_PKEY_free(ca_key);
+    return dir;
+  }
+
   const Pem& ca() const { return ca_; }
   const Pem& other_ca() const { return other_ca_; }
   const std::string& dir() const { return dir_; }

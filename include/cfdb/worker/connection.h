@@ -34,15 +34,26 @@ struct DispatchCallbacks {
   std::function<void(OutputStream, std::string_view)> on_output;
 };
 
+// ConnectionOptions tune one WorkerConnection.
+struct ConnectionOptions {
+  // A channel of its own, sharing no TCP connection with any other: its
+  // first call dials anew, and the connection closes with it. For proving
+  // that a worker still accepts new connections (the self-poll's fresh
+  // dials); everything else should share the pooled channel.
+  bool own_connection = false;
+};
+
 // WorkerConnection talks to one worker. Channels are pooled process-wide by
-// (target, credentials): connections to the same worker share one channel.
-// Safe for concurrent use. Each call blocks until its reply or its deadline.
+// (target, credentials): connections to the same worker share one channel
+// (unless ConnectionOptions::own_connection). Safe for concurrent use. Each
+// call blocks until its reply or its deadline.
 class WorkerConnection final {
  public:
   // Open makes a connection to `target` ("host:port"). Does not dial yet.
   // INVALID_ARGUMENT for an empty target.
   static absl::StatusOr<std::unique_ptr<WorkerConnection>> Open(
-      std::string target, Credentials credentials = Credentials::Insecure());
+      std::string target, Credentials credentials = Credentials::Insecure(),
+      ConnectionOptions options = {});
 
   ~WorkerConnection();
 

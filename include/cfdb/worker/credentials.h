@@ -3,7 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "cfdb/worker/clock.h"
@@ -16,9 +18,13 @@ namespace cfdb::worker {
 // Mutual TLS: the server presents `cert_file`/`key_file`, requires a client
 // certificate and verifies it against `ca_file`; a client presents its own
 // pair and verifies the server against `ca_file` and the expected identity.
+// Identities are SANs only: a client accepts the worker's certificate when
+// a SAN DNS name (a leading "*." covering exactly one label) or IP address
+// matches `identity` (or the dialled host), never by the Common Name.
 // Certificates rotate without a restart: gRPC's file-watching certificate
-// provider re-reads the files every `refresh_interval`, so replace them
-// atomically (write elsewhere, then rename over), never in place.
+// provider re-reads the files every `refresh_interval`. A server should be
+// given a CredentialMirror's credentials, so that it never presents a key
+// that does not match its certificate while files are replaced.
 struct Credentials {
   enum class Kind { kInsecure, kMutualTls };
 
@@ -32,6 +38,10 @@ struct Credentials {
   // against the host it dials. Unused by servers.
   std::string identity;
   Duration refresh_interval = std::chrono::seconds(60);
+  // A directory of hashed CRL files (`openssl rehash`), enforced on every
+  // handshake by gRPC (TlsCredentialsOptions::set_crl_directory); empty:
+  // none.
+  std::string crl_directory;
 
   // Key returns a string that is equal for equal credentials (channel pool).
   std::string Key() const;
@@ -46,32 +56,74 @@ struct TlsSettings {
     std::string path;
     std::string source;  // e.g. "--tls-ca" or "CFDB_WORKER_TLS_CA"
     // The PEM itself, when it came from an environment variable rather
-    // than a file (`path` is then empty until WritePemFiles).
+    // than a file (`path` is then empty; see CredentialMirror).
     std::string pem;
   };
   File ca, cert, key;
   std::string identity;
   Duration refresh_interval = std::chrono::seconds(60);
+  std::string crl_directory;
 };
 
 // MakeCredentials turns settings into credentials: none of the three files
 // set is insecure; all three is mutual TLS after checking that each file is
-// readable PEM (certificates in `ca` and `cert`, a private key in `key`)
-// and that the key belongs to the certificate. INVALID_ARGUMENT naming the
-// knob: some but not all files set (says which are missing), a file that
-// cannot be read or parsed (with the path and reason), a mismatched key, a
-// refresh interval under 1 s.
+// readable PEM (certificates in `ca` and `cert`, a private key in `key`),
+// that the key belongs to the certificate and that the certificate (with
+// the intermediates after it in its file) chains to the CA and is valid
+// now. INVALID_ARGUMENT naming the knob: some but not all files set (says
+// which are missing), a file that cannot be read or parsed (with the path
+// and reason), a mismatched key, a chain that does not verify (OpenSSL's
+// reason), a refresh interval under 1 s, a CRL directory that is not one.
 // A PEM given inline (File::pem) is checked the same way; its path in the
-// credentials stays empty until WritePemFiles. An encrypted key is refused
-// (no pass phrase is ever asked for).
+// credentials stays empty (see CredentialMirror). An encrypted key is
+// refused (no pass phrase is ever asked for).
 absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings);
 
-// WritePemFiles writes the inline PEMs of `settings` into files of a new
-// directory under `parent` that only this user may read (0700, files
-// 0600), and returns `credentials` naming them. INTERNAL if the directory
-// or a file cannot be made.
-absl::StatusOr<Credentials> WritePemFiles(const TlsSettings& settings,
-                                          Credentials credentials,
-                                          const std::string& parent = "/tmp");
+// CredentialMirror keeps a private, always consistent copy of a server's
+// TLS files, for gRPC to watch instead of the originals. gRPC re-reads the
+// key and the certificate as two files, so replacing them one after the
+// other would have it present a key that does not match its certificate
+// (every handshake fails until the second file arrives). The mirror reads
+// the originals (or the PEMs given inline) every `refresh_interval`,
+// checks the set as MakeCredentials does, and only a good set becomes
+// current, atomically: each set is written to a directory of its own
+// (0700, files 0600, with modification times later than the last set's,
+// which gRPC's reader compares) and a `current` symbolic link is renamed
+// over. While the files are out of step the last good set stays, with one
+// warning naming the files that changed. Thread-safe.
+class CredentialMirror {
+ public:
+  // Start checks `settings` (as MakeCredentials; its errors) and writes the
+  // first set under a new directory in `parent`; INTERNAL if that cannot be
+  // made. Does not watch yet (see Watch).
+  static absl::StatusOr<std::unique_ptr<CredentialMirror>> Start(
+      const TlsSettings& settings, const std::string& parent = "/tmp");
+
+  // Stops watching and removes the directory.
+  ~CredentialMirror();
+
+  // credentials names the current set's files, re-read by gRPC every
+  // second (cheap: local files, replaced only when consistent).
+  const Credentials& credentials() const { return credentials_; }
+  // directory is where the sets are written.
+  const std::string& directory() const { return directory_; }
+
+  // Refresh reads the originals once: true when a new good set became
+  // current, false when nothing changed; the problem (the last good set
+  // kept) otherwise. The watch thread calls it; tests may too.
+  absl::StatusOr<bool> Refresh();
+
+  // Watch calls Refresh every refresh interval on a thread of its own until
+  // the mirror is destroyed, logging each new set (info) and each new
+  // problem (warn, once until it changes). Call once.
+  void Watch();
+
+ private:
+  class Impl;
+  explicit CredentialMirror(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  Credentials credentials_;
+  std::string directory_;
+};
 
 }  // namespace cfdb::worker

@@ -44,9 +44,13 @@ enum class ErrorKind {
   // closes the connection), which classifies as kTransient.
   kHandshakeError,
   // Deterministic: the same call fails again anywhere (INVALID_ARGUMENT,
-  // PERMISSION_DENIED, UNIMPLEMENTED on any RPC but Idle, a message over a
-  // size limit whatever its code, ...). Do not retry.
+  // UNIMPLEMENTED on any RPC but Idle, a message over a size limit whatever
+  // its code, ...). Do not retry.
   kRpcError,
+  // PERMISSION_DENIED: the worker's admission lists do not let this
+  // client's certificate identity call this method (server.h,
+  // AdmissionLists). Nothing ran. Do not retry with the same certificate.
+  kPermissionDenied,
   // Dispatch only, after the worker accepted the job: the stream broke
   // (connection lost, or cut off as the worker shut down) before the job's
   // terminal event. The job started; whether it finished is unknown. Do
@@ -77,8 +81,8 @@ bool Accepted(const absl::Status& status);
 bool IsTransient(ErrorKind kind);
 
 // ErrorKindName returns "idle unavailable", "transient error", "handshake
-// error", "rpc error", "accepted, outcome unknown", "accepted, deadline
-// exceeded" or "no answer before the deadline".
+// error", "rpc error", "permission denied", "accepted, outcome unknown",
+// "accepted, deadline exceeded" or "no answer before the deadline".
 std::string_view ErrorKindName(ErrorKind kind);
 
 // ExitCodeFor returns the documented exit code of a client command that
@@ -86,7 +90,7 @@ std::string_view ErrorKindName(ErrorKind kind);
 // included), 76 rpc error (sysexits.h: EX_UNAVAILABLE, EX_TEMPFAIL,
 // EX_PROTOCOL); 74 accepted, outcome unknown (EX_IOERR: the stream broke);
 // 73 accepted, deadline exceeded; 74 also for no answer before the
-// deadline (the job may have started).
+// deadline (the job may have started); 77 permission denied (EX_NOPERM).
 int ExitCodeFor(ErrorKind kind);
 
 }  // namespace cfdb::worker

@@ -55,6 +55,10 @@ struct ExecOptions {
   // RLIMIT_NPROC of each job's uid, so a fork loop stops at it (0: the
   // worker's own limit).
   rlim_t nproc = 0;
+  // The soft RLIMIT_NOFILE of each job, within the worker's hard limit (0:
+  // the worker's own). The daemon raises its own soft limit to the hard one
+  // and gives jobs the soft limit it started with.
+  rlim_t nofile = 0;
   // The working directory of a job whose request names none ("": the
   // worker's own).
   std::string default_cwd;

@@ -1,13 +1,16 @@
 // WorkerServer puts a Worker on the network as the gRPC service
 // cfdb.worker.v1.Worker (proto/cfdb/worker/v1/worker.proto), next to gRPC's
-// standard health service grpc.health.v1.Health (gRPC's built-in one, see
-// gRPC's doc/health-checking.md): SERVING while the worker accepts work,
-// NOT_SERVING from the moment its drain begins.
+// standard health service grpc.health.v1.Health (gRPC's
+// doc/health-checking.md; served by the worker itself, so that it passes
+// the same admission): SERVING while the worker accepts work, NOT_SERVING
+// from the moment its drain begins.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cfdb/worker/clock.h"
@@ -32,6 +35,43 @@ inline constexpr Duration kMinClientPingInterval = std::chrono::seconds(5);
 inline constexpr Duration kKeepaliveTime = std::chrono::seconds(30);
 inline constexpr Duration kKeepaliveTimeout = std::chrono::seconds(10);
 
+// AdmissionLists say who may call what, by the identities (SAN DNS names
+// and URIs, never the Common Name) of the caller's client certificate; see
+// docs/SECURITY.md. Both empty: every peer the TLS handshake let in may call
+// everything. Otherwise a peer with an identity in `control` may call every
+// method, one in `observe` only Idle and the health service, and any other
+// gets PERMISSION_DENIED naming the method and the identities it presented.
+struct AdmissionLists {
+  std::vector<std::string> control;  // Dispatch, Stop, and what observe may
+  std::vector<std::string> observe;  // Idle, grpc.health.v1.Health
+  bool empty() const { return control.empty() && observe.empty(); }
+};
+
+// ServerLimits bound what any client can make the server hold, with gRPC's
+// own knobs (docs/SECURITY.md, "Limits", says why each value).
+struct ServerLimits {
+  // A connection must finish its TLS and HTTP/2 handshake within this
+  // (GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS; gRPC's default is 120 s).
+  Duration handshake_timeout = std::chrono::seconds(5);
+  // A connection with no call open for this long is closed with GOAWAY
+  // (GRPC_ARG_MAX_CONNECTION_IDLE_MS); clients reconnect transparently.
+  Duration max_connection_idle = std::chrono::minutes(2);
+  // Streams one connection may have open at once
+  // (GRPC_ARG_MAX_CONCURRENT_STREAMS); 0 means the worker's
+  // max_concurrent_tasks plus kControlStreams.
+  int max_concurrent_streams = 0;
+  // What the server's connections and calls may allocate in all
+  // (grpc::ResourceQuota); past it gRPC refuses new streams and shrinks
+  // flow-control windows.
+  std::size_t memory_quota_bytes = std::size_t{256} << 20;
+  // The largest request message accepted (RESOURCE_EXHAUSTED beyond).
+  int max_receive_message_bytes = 64 << 20;
+};
+
+// kControlStreams is the room per connection for Idle, Stop and health
+// calls beside a full docket's Dispatch streams.
+inline constexpr int kControlStreams = 16;
+
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see WorkerServer::port).
   std::string address = "127.0.0.1:0";
@@ -43,6 +83,8 @@ struct ServerOptions {
   // them.
   Duration keepalive_time = kKeepaliveTime;
   Duration keepalive_timeout = kKeepaliveTimeout;
+  AdmissionLists admit;
+  ServerLimits limits;
 };
 
 // WorkerServer serves one Worker. Thread-safe. Does not own the worker, which
@@ -50,7 +92,9 @@ struct ServerOptions {
 class WorkerServer {
  public:
   // Start listens on `options.address` and starts serving. Errors:
-  // UNAVAILABLE when the address cannot be bound (in use, bad host).
+  // UNAVAILABLE when the address cannot be bound (in use, bad host);
+  // INVALID_ARGUMENT for admission lists without mutual TLS (there would be
+  // no identity to check).
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(
       Worker& worker, ServerOptions options);
 
@@ -65,6 +109,10 @@ class WorkerServer {
   // are cancelled and client connections closed. Returns when done.
   // Idempotent.
   void Shutdown(Duration wait);
+
+  // NotServing turns the health service NOT_SERVING without stopping (the
+  // serve loop's "listener lost"). Idempotent.
+  void NotServing();
 
  private:
   class Impl;

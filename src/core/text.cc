@@ -1,0 +1,54 @@
+#include "core/text.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace cfdb::worker {
+
+std::string EscapedForLog(std::string_view text, std::size_t max) {
+  std::string out;
+  out.reserve(std::min(text.size(), max) + 16);
+  for (const char c : text) {
+    if (out.size() >= max) {
+      absl::StrAppend(&out, "...(", text.size(), " bytes)");
+      return out;
+    }
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (c >= 0x20 && c <= 0x7e) {
+          out += c;
+        } else {
+          absl::StrAppendFormat(&out, "\\x%02x", static_cast<unsigned char>(c));
+        }
+    }
+  }
+  return out;
+}
+
+std::string WithoutControlCharacters(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,28 @@
+// Text a client sent, made safe to put in a log line or a status message.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace cfdb::worker {
+
+// kMaxEchoBytes bounds what of a client's string reaches a log line or a
+// status message: a 20 MB job id must not become a 20 MB log line, nor a
+// status message over gRPC's metadata limit.
+inline constexpr std::size_t kMaxEchoBytes = 200;
+
+// EscapedForLog returns `text` with every byte outside printable ASCII
+// written as an escape (\n, \t, \r, \\, \xHH: no newline can forge a line,
+// no terminal escape passes, the result is always valid UTF-8), cut to
+// `max` bytes with "...(N bytes)" saying how long the original was.
+std::string EscapedForLog(std::string_view text,
+                          std::size_t max = kMaxEchoBytes);
+
+// WithoutControlCharacters returns `text` with each control character
+// (below 0x20, and 0x7f) written as \xHH, everything else as it is: the
+// text log's last line of defence, so that no message, whatever its
+// origin, can span two lines or carry a terminal escape.
+std::string WithoutControlCharacters(std::string_view text);
+
+}  // namespace cfdb::worker

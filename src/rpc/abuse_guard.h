@@ -1,0 +1,48 @@
+// AbuseGuard: what gRPC 1.51 does not do against a hostile client on one
+// connection, done from the outside. Its HTTP/2 transport has no defence
+// against the rapid-reset pattern (CVE-2023-44487: HEADERS then RST_STREAM,
+// in a loop): every reset stream still becomes a call the server must
+// create, deliver and destroy, and memory grows by hundreds of MiB a
+// second. Each such call reaches our handlers without a request (they are
+// raw, see calls.h), so the guard counts them per connection and cuts a
+// connection past the limit: shutdown(2) on its socket, found by the peer
+// address gRPC reports, so gRPC itself tears the transport down.
+#pragma once
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/clock.h"
+
+namespace cfdb::worker {
+
+// A connection may end this many calls before their request arrived within
+// kResetWindow; more is an attack (a real client cancels a call before
+// sending its request only when it gives up, a few times a second at most).
+inline constexpr int kMaxResetsPerWindow = 200;
+inline constexpr Duration kResetWindow = std::chrono::seconds(1);
+
+// AbuseGuard is shared by every handler of one server. Thread-safe.
+class AbuseGuard {
+ public:
+  // ResetBeforeRequest notes a call from `peer` (gRPC's peer string, e.g.
+  // "ipv4:10.0.0.5:41234", one per connection) whose stream ended before
+  // its request arrived; cuts the connection past the limit, logging once.
+  void ResetBeforeRequest(const std::string& peer);
+
+  // CutConnection shuts down the socket whose remote end is `peer`; returns
+  // whether one was found. Exposed for tests.
+  static bool CutConnection(const std::string& peer);
+
+ private:
+  struct Window {
+    TimePoint start;
+    int resets = 0;
+    bool cut = false;
+  };
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cfdb::worker

@@ -1,0 +1,75 @@
+#include "rpc/admission.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+#include "core/text.h"
+
+namespace cfdb::worker {
+namespace {
+
+// Each identity refused is logged at most once a minute: a client retrying
+// cannot flood the log.
+constexpr Duration kLogEvery = std::chrono::minutes(1);
+
+}  // namespace
+
+std::vector<std::string> Admission::Identities(
+    const grpc::CallbackServerContext& context) {
+  std::vector<std::string> identities;
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return identities;
+  // SANs only: gRPC names them peer_dns and peer_uri; the legacy Common Name
+  // is never an identity here.
+  for (const char* property : {"peer_dns", "peer_uri"}) {
+    for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
+      identities.emplace_back(value.data(), value.size());
+    }
+  }
+  return identities;
+}
+
+bool Admission::Listed(const std::vector<std::string>& list,
+                       const std::vector<std::string>& identities) const {
+  return std::any_of(
+      identities.begin(), identities.end(), [&](const std::string& identity) {
+        return std::find(list.begin(), list.end(), identity) != list.end();
+      });
+}
+
+absl::Status Admission::Admit(const grpc::CallbackServerContext& context,
+                              MethodGroup group, std::string_view method) {
+  if (lists_.control.empty() && lists_.observe.empty()) return absl::OkStatus();
+  const std::vector<std::string> identities = Identities(context);
+  if (Listed(lists_.control, identities) ||
+      (group == MethodGroup::kObserve && Listed(lists_.observe, identities))) {
+    return absl::OkStatus();
+  }
+  const std::string seen =
+      identities.empty()
+          ? "a certificate without a DNS or URI SAN"
+          : absl::StrCat("[", EscapedForLog(absl::StrJoin(identities, ", ")),
+                         "]");
+  absl::Status denied = absl::PermissionDeniedError(absl::StrCat(
+      std::string(method), ": permission denied for identity ", seen));
+  const TimePoint now = std::chrono::steady_clock::now();
+  bool log = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, fresh] = last_logged_.try_emplace(seen, now);
+    if (fresh || now - it->second >= kLogEvery) {
+      it->second = now;
+      log = true;
+    }
+    if (last_logged_.size() > 1024) last_logged_.clear();  // bounded
+  }
+  if (log) {
+    LogEvent(spdlog::level::warn, std::string(denied.message()),
+             {{"method", method}, {"identity", seen}});
+  }
+  return denied;
+}
+
+}  // namespace cfdb::worker

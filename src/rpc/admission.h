@@ -1,0 +1,50 @@
+// Admission: who may call what, by the identity in the caller's
+// certificate, checked at the top of every handler before any work.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/clock.h"
+#include "cfdb/worker/server.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cfdb::worker {
+
+// MethodGroup is what a method does: control (Dispatch, Stop) or observe
+// (Idle, the health check).
+enum class MethodGroup { kControl, kObserve };
+
+// Admission checks a call's peer against the lists of ServerOptions.
+// Thread-safe.
+class Admission {
+ public:
+  explicit Admission(AdmissionLists lists) : lists_(std::move(lists)) {}
+
+  // Admit returns OK when the call's peer may call `method` of `group`:
+  // with no list configured, everyone may; else a peer whose certificate
+  // has a SAN (DNS name or URI) in the control list may call anything, one
+  // in the observe list the observe methods only. PERMISSION_DENIED
+  // otherwise, naming the method and the identities seen (never the lists);
+  // logged once per identity per minute.
+  absl::Status Admit(const grpc::CallbackServerContext& context,
+                     MethodGroup group, std::string_view method);
+
+  // Identities returns the SANs (DNS names, URIs) of the call's peer
+  // certificate; empty without TLS.
+  static std::vector<std::string> Identities(
+      const grpc::CallbackServerContext& context);
+
+ private:
+  bool Listed(const std::vector<std::string>& list,
+              const std::vector<std::string>& identities) const;
+
+  const AdmissionLists lists_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, TimePoint> last_logged_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cfdb::worker

@@ -1,0 +1,120 @@
+// What every call handler of the server shares: counting calls for the
+// shutdown, the gate every call passes first, and the request and reply
+// bytes parsed and written by hand, so that a request that does not parse
+// is INVALID_ARGUMENT (gRPC's own handlers would answer UNIMPLEMENTED, which
+// on Idle reads as "the worker predates this RPC") and a call whose request
+// never came is seen (AbuseGuard).
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/clock.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "rpc/abuse_guard.h"
+#include "rpc/admission.h"
+
+namespace cfdb::worker {
+
+// CallTracker counts the calls not yet done, so shutdown can wait for
+// exactly those (e.g. a Stop reply on its way out) and then close every
+// connection at once instead of waiting for idle clients to hang up.
+// Thread-safe.
+class CallTracker {
+ public:
+  void Started() {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+  }
+  void Done() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (--calls_ > 0) return;
+    }
+    none_left_.SignalAll();
+  }
+  // WaitDone waits until no call is left or the monotonic clock reaches
+  // `deadline`.
+  void WaitDone(TimePoint deadline) {
+    absl::MutexLock lock(&mu_);
+    none_left_.AwaitUntil(
+        mu_, deadline,
+        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_ == 0; });
+  }
+
+ private:
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar none_left_;
+};
+
+// Parse reads a request of type T from `bytes`; INVALID_ARGUMENT when they
+// are not one (malformed, or a string field that is not UTF-8), CANCELLED
+// when no request arrived at all (the stream ended first: gRPC still runs
+// the handler of a raw method).
+template <typename T>
+absl::StatusOr<T> Parse(const grpc::ByteBuffer& bytes) {
+  if (!bytes.Valid()) {
+    return absl::CancelledError("no request arrived: the client went away");
+  }
+  grpc::ByteBuffer copy(bytes);  // shares the slices
+  grpc::ProtoBufferReader reader(&copy);
+  T message;
+  if (!reader.status().ok() || !message.ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request is not a valid ", message.GetTypeName(),
+                     " (malformed, or a string that is not UTF-8)"));
+  }
+  return message;
+}
+
+// FinishedWriter returns a server-streaming call's reactor that only
+// finishes with `status` (a call refused before it began).
+template <typename T>
+grpc::ServerWriteReactor<T>* FinishedWriter(const grpc::Status& status) {
+  class Finished final : public grpc::ServerWriteReactor<T> {
+   public:
+    explicit Finished(const grpc::Status& s) { this->Finish(s); }
+    void OnDone() override { delete this; }
+  };
+  return new Finished(status);
+}
+
+// Gate is every handler's first step: a call whose request never arrived
+// is counted against its connection (AbuseGuard) and goes no further; then
+// the caller must be admitted (Admission); then the request must parse.
+struct Gate {
+  Admission& admission;
+  AbuseGuard& guard;
+
+  template <typename T>
+  absl::StatusOr<T> Open(const grpc::CallbackServerContext& context,
+                         const grpc::ByteBuffer& bytes, MethodGroup group,
+                         std::string_view method) {
+    absl::StatusOr<T> request = Parse<T>(bytes);
+    if (absl::IsCancelled(request.status())) {
+      guard.ResetBeforeRequest(context.peer());
+      return request;
+    }
+    if (absl::Status s = admission.Admit(context, group, method); !s.ok()) {
+      return s;
+    }
+    return request;
+  }
+};
+
+// Serialize writes `message` into `bytes`, replacing what it held.
+inline void Serialize(const google::protobuf::Message& message,
+                      grpc::ByteBuffer* bytes) {
+  bytes->Clear();
+  bool own = false;
+  (void)grpc::SerializationTraits<google::protobuf::Message>::Serialize(
+      message, bytes, &own);
+}
+
+}  // namespace cfdb::worker
