@@ -11,6 +11,9 @@
 //   process-bench reap --worker BIN --reps R --idle-timeout S
 //       `BIN serve --idle-timeout-seconds S`, all R at once; exit time minus
 //       spawn time plus S.
+//   process-bench fleet --worker BIN --workers N --reps R
+//       N workers, then `BIN reap` over all of them: R dry runs, then one
+//       that stops them all; wall time of each.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -292,15 +295,59 @@ int Reap(const std::string& worker, int reps, double idle_timeout) {
   return 0;
 }
 
+// ReapWall runs `worker reap ARGS` over `ports` (given on its stdin) and
+// returns its wall time in ms; it must exit 0.
+double ReapWall(const std::string& worker, const std::vector<int>& ports,
+                std::vector<std::string> args) {
+  std::string addresses;
+  for (const int port : ports) {
+    addresses += "127.0.0.1:" + std::to_string(port) + "\n";
+  }
+  const std::string list = "/tmp/process-bench-fleet.txt";
+  std::ofstream(list) << addresses;
+  args.insert(args.begin(), {worker, "reap", "--addresses-from", list});
+  const Clock::time_point start = Clock::now();
+  Child reap(args);
+  const int status = reap.Wait();
+  const double ms = Millis(reap.exited_at() - start);
+  if (status != 0) Die("reap failed: " + reap.log());
+  return ms;
+}
+
+int Fleet(const std::string& worker, int workers, int reps) {
+  std::vector<std::unique_ptr<Child>> children;
+  std::vector<int> ports;
+  for (int i = 0; i < workers; ++i) {
+    children.push_back(std::make_unique<Child>(std::vector<std::string>{
+        worker, "serve", "--port", "0", "--idle-timeout-seconds", "0",
+        "--max-concurrent-tasks", "1"}));
+  }
+  for (auto& child : children) ports.push_back(child->Port());
+  std::vector<double> dry_ms;
+  for (int r = 0; r < reps; ++r) {
+    dry_ms.push_back(ReapWall(
+        worker, ports, {"--idle-threshold-seconds", "0.001", "--dry-run"}));
+  }
+  const double stop_ms =
+      ReapWall(worker, ports, {"--idle-threshold-seconds", "0.001"});
+  for (auto& child : children) {
+    if (child->Wait() != 0) Die("a worker did not exit 0: " + child->log());
+  }
+  std::printf("{\"workers\": %d, \"dry_run_ms\": %s, \"stop_ms\": %g}\n",
+              workers, Json(dry_ms).c_str(), stop_ms);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
-  if (argc < 2) Die("usage: process-bench start|stream|reap ...");
+  if (argc < 2) Die("usage: process-bench start|stream|reap|fleet ...");
   const std::string mode = argv[1];
   int reps = 3;
   long mib = 1024;
   double idle_timeout = 2;
+  int workers = 200;
   std::string worker;
   std::vector<std::string> program;
   for (int i = 2; i < argc; ++i) {
@@ -315,6 +362,8 @@ int main(int argc, char** argv) {
       mib = std::stol(value());
     else if (arg == "--worker")
       worker = value();
+    else if (arg == "--workers")
+      workers = std::stoi(value());
     else if (arg == "--idle-timeout")
       idle_timeout = std::stod(value());
     else if (arg == "--") {
@@ -327,5 +376,6 @@ int main(int argc, char** argv) {
   if (mode == "stream" && !worker.empty()) return Stream(worker, mib, reps);
   if (mode == "reap" && !worker.empty())
     return Reap(worker, reps, idle_timeout);
+  if (mode == "fleet" && !worker.empty()) return Fleet(worker, workers, reps);
   Die("bad mode or missing --worker / program");
 }

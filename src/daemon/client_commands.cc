@@ -12,7 +12,7 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
-#include "daemon/backoff.h"
+#include "daemon/client_calls.h"
 #include "daemon/commands.h"
 #include "spdlog/spdlog.h"
 
@@ -46,38 +46,6 @@ int Fail(Rpc rpc, std::string_view address, const absl::Status& status) {
   return ExitCodeFor(kind);
 }
 
-// Backoff of the client commands' retries: short, as a person is waiting.
-constexpr Duration kRetryInitialDelay = std::chrono::milliseconds(500);
-constexpr Duration kRetryMaxDelay = std::chrono::seconds(10);
-
-// WithRetries calls `call` until it succeeds, fails with other than a
-// transient error, or `attempts` calls were made. A job the worker accepted
-// is never sent twice: a failure after acceptance is not transient.
-template <typename Call>
-auto WithRetries(const ClientOptions& options, Rpc rpc, Call call)
-    -> decltype(call()) {
-  Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
-  for (int attempt = 1;; ++attempt) {
-    auto result = call();
-    if (result.ok() || attempt >= options.attempts ||
-        !IsTransient(ClassifyError(rpc, result.status()))) {
-      return result;
-    }
-    const Duration delay = backoff.Failed();
-    spdlog::warn("attempt {} of {} failed: {}; retrying in {:.1f} s", attempt,
-                 options.attempts, result.status().ToString(),
-                 ToSeconds(delay));
-    // On the monotonic clock; Ctrl-C ends a client through its default
-    // disposition.
-    std::this_thread::sleep_for(delay);
-  }
-}
-
-absl::StatusOr<std::unique_ptr<WorkerConnection>> Connect(
-    const ClientOptions& options) {
-  return WorkerConnection::Open(options.address, options.credentials);
-}
-
 void WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
     const ssize_t n = write(fd, data.data(), data.size());
@@ -92,10 +60,10 @@ void WriteAll(int fd, std::string_view data) {
 }  // namespace
 
 int RunIdle(const ClientOptions& options) {
-  auto connection = Connect(options);
+  auto connection = Connect(options.address, options);
   if (!connection.ok())
     return Fail(Rpc::kIdle, options.address, connection.status());
-  absl::StatusOr<double> idle = WithRetries(options, Rpc::kIdle, [&] {
+  absl::StatusOr<double> idle = WithRetries(options.attempts, Rpc::kIdle, [&] {
     return (*connection)->IdleTime(options.timeout);
   });
   if (!idle.ok()) return Fail(Rpc::kIdle, options.address, idle.status());
@@ -104,11 +72,11 @@ int RunIdle(const ClientOptions& options) {
 }
 
 int RunHealth(const ClientOptions& options) {
-  auto connection = Connect(options);
+  auto connection = Connect(options.address, options);
   if (!connection.ok())
     return Fail(Rpc::kHealth, options.address, connection.status());
   absl::StatusOr<WorkerConnection::ServingStatus> status =
-      WithRetries(options, Rpc::kHealth,
+      WithRetries(options.attempts, Rpc::kHealth,
                   [&] { return (*connection)->Health(options.timeout); });
   if (!status.ok()) return Fail(Rpc::kHealth, options.address, status.status());
   switch (*status) {
@@ -126,14 +94,14 @@ int RunHealth(const ClientOptions& options) {
 }
 
 int RunStop(const ClientOptions& options, double grace_seconds) {
-  auto connection = Connect(options);
+  auto connection = Connect(options.address, options);
   if (!connection.ok())
     return Fail(Rpc::kStop, options.address, connection.status());
   const Duration grace =
       grace_seconds < 0 ? Duration(-1) : ToDuration(Seconds(grace_seconds));
-  absl::StatusOr<StopSummary> summary = WithRetries(options, Rpc::kStop, [&] {
-    return (*connection)->Stop(grace, options.timeout);
-  });
+  absl::StatusOr<StopSummary> summary =
+      WithRetries(options.attempts, Rpc::kStop,
+                  [&] { return (*connection)->Stop(grace, options.timeout); });
   if (!summary.ok()) return Fail(Rpc::kStop, options.address, summary.status());
   std::cout << "stopped: " << summary->drained << " jobs drained, "
             << summary->cancelled << " cancelled\n";
@@ -159,7 +127,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
         std::istreambuf_iterator<char>(std::cin),
         std::istreambuf_iterator<char>());
   }
-  auto connection = Connect(options);
+  auto connection = Connect(options.address, options);
   if (!connection.ok()) {
     return Fail(Rpc::kDispatch, options.address, connection.status());
   }
@@ -171,7 +139,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   std::optional<Duration> timeout;
   if (options.timeout > Duration::zero()) timeout = options.timeout;
   absl::StatusOr<JobOutcome> outcome = WithRetries(
-      options, Rpc::kDispatch,
+      options.attempts, Rpc::kDispatch,
       [&] { return (*connection)->Dispatch(request, callbacks, timeout); });
   if (!outcome.ok())
     return Fail(Rpc::kDispatch, options.address, outcome.status());

@@ -1,16 +1,20 @@
 // cfdb-worker: the worker daemon (`serve`) and its client commands.
 #include <cmath>
 #include <deque>
+#include <fstream>
 #include <iostream>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/client_calls.h"
 #include "daemon/commands.h"
 #include "daemon/config.h"
 #include "daemon/logging.h"
+#include "daemon/reap.h"
 
 namespace {
 
@@ -77,9 +81,9 @@ struct Client {
   double timeout_seconds = 0;
 
   Client(CLI::App& app, const char* name, const char* what,
-         const char* timeout_help)
+         const char* timeout_help, bool one_address = true)
       : command(app.add_subcommand(name, what)), knobs(command) {
-    knobs.Add(ClientKnobs());
+    knobs.Add(one_address ? ClientKnobs() : ClientKnobs().last(1));
     knobs.Add(TlsKnobs());
     command->add_option("--timeout", timeout_seconds, timeout_help)
         ->type_name("SECONDS");
@@ -130,6 +134,78 @@ struct DispatchFlags {
       return false;
     }
     job.read_stdin = !no_stdin;
+    return true;
+  }
+};
+
+// ReapFlags are reap's own flags, beside the client ones.
+struct ReapFlags {
+  cli::ReapOptions reap;
+  std::vector<std::string> addresses;
+  std::string addresses_from;
+  std::string format = "text";
+
+  explicit ReapFlags(CLI::App* command) {
+    command
+        ->add_option("--idle-threshold-seconds", reap.idle_threshold_seconds,
+                     "stop workers idle at least this long, >= 0")
+        ->type_name("SECONDS")
+        ->required();
+    command
+        ->add_option("--grace-seconds", reap.grace_seconds,
+                     "drain grace of each stop (< 0: no limit; default 60)")
+        ->type_name("SECONDS");
+    command->add_flag("--dry-run", reap.dry_run,
+                      "poll and report, stop nothing");
+    command->add_option("--format", format, "text or json (one object a line)")
+        ->type_name("FORMAT")
+        ->check(CLI::IsMember({"text", "json"}));
+    command
+        ->add_option("--concurrency", reap.concurrency,
+                     "workers polled at once (default 64)")
+        ->type_name("COUNT")
+        ->check(CLI::Range(1, 4096));
+    command
+        ->add_option("--addresses-from", addresses_from,
+                     "a file of addresses, one per line ('-': stdin; blank "
+                     "lines and # comments skipped)")
+        ->type_name("FILE");
+    command->add_option("address", addresses, "HOST:PORT or unix:PATH ...")
+        ->type_name("ADDRESS");
+  }
+
+  // Finish checks what CLI11 cannot and gathers the addresses; false (after
+  // a message) when something is wrong.
+  bool Finish() {
+    if (!std::isfinite(reap.idle_threshold_seconds) ||
+        reap.idle_threshold_seconds < 0 || std::isnan(reap.grace_seconds)) {
+      std::cerr << "cfdb-worker reap: --idle-threshold-seconds must be a "
+                   "number >= 0, --grace-seconds a number\n";
+      return false;
+    }
+    reap.json = format == "json";
+    reap.addresses = addresses;
+    if (!addresses_from.empty()) {
+      std::ifstream file;
+      if (addresses_from != "-") {
+        file.open(addresses_from);
+        if (!file) {
+          std::cerr << "cfdb-worker reap: --addresses-from: cannot read "
+                    << addresses_from << "\n";
+          return false;
+        }
+      }
+      std::istream& in = addresses_from == "-" ? std::cin : file;
+      for (std::string line; std::getline(in, line);) {
+        line = std::string(absl::StripAsciiWhitespace(line));
+        if (!line.empty() && line[0] != '#') reap.addresses.push_back(line);
+      }
+    }
+    if (reap.addresses.empty()) {
+      std::cerr << "cfdb-worker reap: no addresses (give them as arguments or "
+                   "with --addresses-from)\n";
+      return false;
+    }
     return true;
   }
 };
@@ -198,6 +274,12 @@ int Main(int argc, char** argv) {
                   "run a program on a worker: dispatch -- PROGRAM [ARGS...]",
                   "deadline of the whole call in seconds (default none)");
   DispatchFlags job(dispatch.command);
+  Client reap(app, "reap",
+              "poll many workers and stop those idle past a threshold: reap "
+              "--idle-threshold-seconds S ADDRESS...",
+              "deadline of each idle poll in seconds (default 5)",
+              /*one_address=*/false);
+  ReapFlags reap_flags(reap.command);
 
   try {
     app.parse(argc, argv);
@@ -221,10 +303,14 @@ int Main(int argc, char** argv) {
       std::cerr << "cfdb-worker stop: --grace: NaN is not a grace\n";
       return cli::kExitUsage;
     }
-    auto options = ResolveClient(
-        stop, grace_seconds < 0 ? Duration(std::chrono::hours(24))
-                                : ToDuration(Seconds(grace_seconds + 60)));
+    auto options = ResolveClient(stop, cli::StopDeadline(grace_seconds));
     return options ? cli::RunStop(*options, grace_seconds) : cli::kExitUsage;
+  }
+  if (reap.command->parsed()) {
+    auto options = ResolveClient(reap, std::chrono::seconds(5));
+    if (!options || !reap_flags.Finish()) return cli::kExitUsage;
+    reap_flags.reap.client = *options;
+    return cli::RunReap(reap_flags.reap);
   }
   auto options = ResolveClient(dispatch, Duration::zero());
   if (!options || !job.Finish()) return cli::kExitUsage;

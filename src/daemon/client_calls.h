@@ -1,0 +1,56 @@
+// What every client command shares: connecting with the command's
+// credentials, and retrying transient failures with a short backoff.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
+#include "daemon/backoff.h"
+#include "daemon/commands.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker::cli {
+
+// Backoff of the client commands' retries: short, as a person is waiting.
+inline constexpr Duration kRetryInitialDelay = std::chrono::milliseconds(500);
+inline constexpr Duration kRetryMaxDelay = std::chrono::seconds(10);
+
+// WithRetries calls `call` until it succeeds, fails with other than a
+// transient error, or `attempts` calls were made. A job the worker accepted
+// is never sent twice: a failure after acceptance is not transient.
+template <typename Call>
+auto WithRetries(int attempts, Rpc rpc, Call call) -> decltype(call()) {
+  Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
+  for (int attempt = 1;; ++attempt) {
+    auto result = call();
+    if (result.ok() || attempt >= attempts ||
+        !IsTransient(ClassifyError(rpc, result.status()))) {
+      return result;
+    }
+    const Duration delay = backoff.Failed();
+    spdlog::warn("attempt {} of {} failed: {}; retrying in {:.1f} s", attempt,
+                 attempts, result.status().ToString(), ToSeconds(delay));
+    // On the monotonic clock; Ctrl-C ends a client through its default
+    // disposition.
+    std::this_thread::sleep_for(delay);
+  }
+}
+
+// StopDeadline is the default deadline of a Stop call with `grace_seconds`:
+// the grace and a minute more, or a day when the drain has no limit.
+inline Duration StopDeadline(double grace_seconds) {
+  return grace_seconds < 0 ? Duration(std::chrono::hours(24))
+                           : ToDuration(Seconds(grace_seconds + 60));
+}
+
+// Connect opens a connection to `address` with the command's credentials.
+inline absl::StatusOr<std::unique_ptr<WorkerConnection>> Connect(
+    const std::string& address, const ClientOptions& options) {
+  return WorkerConnection::Open(address, options.credentials);
+}
+
+}  // namespace cfdb::worker::cli

@@ -1,0 +1,154 @@
+#include "daemon/reap.h"
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/client_calls.h"
+#include "nlohmann/json.hpp"
+
+namespace cfdb::worker::cli {
+namespace {
+
+// A failure of `rpc` on `result`: its kind and status.
+ReapResult Failed(ReapResult result, Rpc rpc, ReapAction action,
+                  const absl::Status& status) {
+  result.action = action;
+  result.error_kind = ClassifyError(rpc, status);
+  result.status = status;
+  return result;
+}
+
+}  // namespace
+
+std::string_view ReapActionName(ReapAction action) {
+  switch (action) {
+    case ReapAction::kStopped:
+      return "stopped";
+    case ReapAction::kDryRun:
+      return "dry-run";
+    case ReapAction::kKeptBusy:
+      return "kept busy";
+    case ReapAction::kKeptBelow:
+      return "kept below threshold";
+    case ReapAction::kSkipped:
+      return "skipped";
+    case ReapAction::kPollFailed:
+      return "poll failed";
+    case ReapAction::kStopFailed:
+      return "stop failed";
+  }
+  return "poll failed";
+}
+
+ReapResult ReapOne(const ReapOptions& options, const std::string& address) {
+  ReapResult result{.address = address};
+  auto connection = Connect(address, options.client);
+  if (!connection.ok()) {
+    return Failed(result, Rpc::kIdle, ReapAction::kPollFailed,
+                  connection.status());
+  }
+  absl::StatusOr<double> idle = WithRetries(
+      options.client.attempts, Rpc::kIdle,
+      [&] { return (*connection)->IdleTime(options.client.timeout); });
+  if (!idle.ok()) {
+    const bool unavailable =
+        ClassifyError(Rpc::kIdle, idle.status()) == ErrorKind::kIdleUnavailable;
+    return Failed(result, Rpc::kIdle,
+                  unavailable ? ReapAction::kSkipped : ReapAction::kPollFailed,
+                  idle.status());
+  }
+  result.idle_seconds = *idle;
+  if (*idle <= 0) {
+    result.action = ReapAction::kKeptBusy;
+  } else if (*idle < options.idle_threshold_seconds) {
+    result.action = ReapAction::kKeptBelow;
+  } else if (options.dry_run) {
+    result.action = ReapAction::kDryRun;
+  } else {
+    const Duration grace = options.grace_seconds < 0
+                               ? Duration(-1)
+                               : ToDuration(Seconds(options.grace_seconds));
+    absl::StatusOr<StopSummary> stopped =
+        WithRetries(options.client.attempts, Rpc::kStop, [&] {
+          return (*connection)
+              ->Stop(grace, StopDeadline(options.grace_seconds));
+        });
+    if (!stopped.ok()) {
+      return Failed(result, Rpc::kStop, ReapAction::kStopFailed,
+                    stopped.status());
+    }
+    result.action = ReapAction::kStopped;
+    result.stopped = *stopped;
+  }
+  return result;
+}
+
+std::vector<ReapResult> Reap(const ReapOptions& options) {
+  std::vector<ReapResult> results(options.addresses.size());
+  std::atomic<size_t> next{0};
+  const size_t threads = std::clamp<size_t>(options.addresses.size(), 1,
+                                            std::max(options.concurrency, 1));
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (size_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i; (i = next++) < options.addresses.size();) {
+        results[i] = ReapOne(options, options.addresses[i]);
+      }
+    });
+  }
+  for (std::thread& thread : pool) thread.join();
+  return results;
+}
+
+std::string FormatResult(const ReapResult& r, bool json) {
+  if (json) {
+    nlohmann::ordered_json line;
+    line["address"] = r.address;
+    line["action"] = std::string(ReapActionName(r.action));
+    if (r.idle_seconds) line["idle_seconds"] = *r.idle_seconds;
+    if (r.stopped) {
+      line["drained"] = r.stopped->drained;
+      line["cancelled"] = r.stopped->cancelled;
+    }
+    if (r.error_kind) {
+      line["error_kind"] = std::string(ErrorKindName(*r.error_kind));
+      line["grpc_code"] = absl::StatusCodeToString(r.status.code());
+      line["message"] = std::string(r.status.message());
+    }
+    return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  std::string text =
+      absl::StrCat(r.address, " ", std::string(ReapActionName(r.action)));
+  if (r.idle_seconds)
+    absl::StrAppendFormat(&text, " idle=%.3f", *r.idle_seconds);
+  if (r.stopped) {
+    absl::StrAppend(&text, " drained=", r.stopped->drained,
+                    " cancelled=", r.stopped->cancelled);
+  }
+  if (r.error_kind) {
+    absl::StrAppend(&text, ": ", std::string(ErrorKindName(*r.error_kind)),
+                    " (", absl::StatusCodeToString(r.status.code()),
+                    "): ", r.status.message());
+  }
+  return text;
+}
+
+int RunReap(const ReapOptions& options) {
+  int code = kExitOk;
+  for (const ReapResult& result : Reap(options)) {
+    std::cout << FormatResult(result, options.json) << "\n";
+    if (result.action == ReapAction::kPollFailed ||
+        result.action == ReapAction::kStopFailed) {
+      code = kExitRuntimeFailure;
+    }
+  }
+  std::cout.flush();
+  return code;
+}
+
+}  // namespace cfdb::worker::cli

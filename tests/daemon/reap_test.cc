@@ -1,0 +1,168 @@
+// `cfdb-worker reap` against real workers in every state (issue 14).
+#include <csignal>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/exec.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "support/daemon.h"
+#include "support/test_job.h"
+#include "support/test_pki.h"
+#include "support/wait_for.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::CollectingJob;
+using testing::Command;
+using testing::Daemon;
+using testing::ExecRequest;
+using ::testing::HasSubstr;
+
+std::string Address(const Daemon& daemon) {
+  return absl::StrCat("127.0.0.1:", daemon.port());
+}
+
+// ReapLines runs `reap ARGS --format json` and returns its exit code and
+// its lines by address.
+std::pair<JobOutcome, std::map<std::string, nlohmann::json>> ReapJson(
+    std::vector<std::string> args) {
+  args.insert(args.begin(), {"reap", "--format", "json", "--timeout", "2"});
+  CollectingJob reap(Command(args));
+  const JobOutcome outcome = RunExec(reap);
+  std::map<std::string, nlohmann::json> lines;
+  const std::vector<std::string> out =
+      absl::StrSplit(reap.out(), '\n', absl::SkipEmpty());
+  for (const std::string& line : out) {
+    nlohmann::json object = nlohmann::json::parse(line);
+    lines[object["address"]] = object;
+  }
+  EXPECT_FALSE(reap.out().empty()) << reap.err();
+  return {outcome, lines};
+}
+
+// A gRPC server without the worker's service: Idle is UNIMPLEMENTED there,
+// as on a worker that predates it.
+class LegacyServer {
+ public:
+  LegacyServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(&other_);  // gRPC starts no server without one
+    server_ = builder.BuildAndStart();
+  }
+  ~LegacyServer() { server_->Shutdown(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  grpc::health::v1::Health::CallbackService other_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// One reap over workers in every state: each line says what was done and
+// why, only the idle one is stopped, and the exit code says one could not
+// be polled.
+TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
+  Daemon idle({"--idle-timeout-seconds", "0"});
+  Daemon busy({"--idle-timeout-seconds", "0"});
+  Daemon below({"--idle-timeout-seconds", "0"});
+  LegacyServer legacy;
+  const std::string unreachable = "127.0.0.1:1";
+  auto busy_connection = WorkerConnection::Open(Address(busy));
+  std::thread job([&] {
+    (void)(*busy_connection)->Dispatch(ExecRequest({"sleep", "4"}), {});
+  });
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return (*busy_connection)->IdleTime(seconds(1)).value_or(1) == 0;
+  }));
+  std::this_thread::sleep_for(milliseconds(1500));
+  auto below_connection = WorkerConnection::Open(Address(below));
+  ASSERT_TRUE((*below_connection)->Dispatch(ExecRequest({"true"}), {}).ok());
+
+  auto [outcome, lines] = ReapJson(
+      {"--idle-threshold-seconds", "1.2", "--grace-seconds", "5", Address(idle),
+       Address(busy), Address(below), legacy.address(), unreachable});
+  job.join();
+  EXPECT_EQ(outcome, JobOutcome::Exited(1)) << "one could not be polled";
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[Address(idle)]["action"], "stopped");
+  EXPECT_GE(lines[Address(idle)]["idle_seconds"].get<double>(), 1.2);
+  EXPECT_EQ(lines[Address(idle)]["drained"], 0);
+  EXPECT_EQ(lines[Address(busy)]["action"], "kept busy");
+  EXPECT_EQ(lines[Address(below)]["action"], "kept below threshold");
+  EXPECT_EQ(lines[legacy.address()]["action"], "skipped");
+  EXPECT_EQ(lines[legacy.address()]["error_kind"], "idle unavailable");
+  EXPECT_EQ(lines[unreachable]["action"], "poll failed");
+  EXPECT_EQ(lines[unreachable]["error_kind"], "transient error");
+  EXPECT_EQ(idle.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(idle.log(), HasSubstr("stop rpc: draining with grace 5 s"));
+  EXPECT_THAT(busy.log(), ::testing::Not(HasSubstr("stop rpc")));
+  EXPECT_THAT(below.log(), ::testing::Not(HasSubstr("stop rpc")));
+}
+
+// A dry run stops nothing; text lines, one per worker in the order given;
+// addresses may come from stdin.
+TEST(ReapTest, ADryRunStopsNothing) {
+  Daemon a({"--idle-timeout-seconds", "0"});
+  Daemon b({"--idle-timeout-seconds", "0"});
+  std::this_thread::sleep_for(milliseconds(300));
+  JobRequest request = Command({"reap", "--idle-threshold-seconds", "0.1",
+                                "--dry-run", "--addresses-from", "-"});
+  MutableExec(request).stdin_data =
+      absl::StrCat("# the fleet\n", Address(a), "\n\n", Address(b), "\n");
+  CollectingJob reap(request);
+  EXPECT_EQ(RunExec(reap), JobOutcome::Exited(0)) << reap.err();
+  const std::vector<std::string> lines =
+      absl::StrSplit(reap.out(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << reap.out();
+  EXPECT_THAT(lines[0], ::testing::StartsWith(Address(a) + " dry-run idle="));
+  EXPECT_THAT(lines[1], ::testing::StartsWith(Address(b) + " dry-run idle="));
+  for (Daemon* d : {&a, &b}) {
+    auto c = WorkerConnection::Open(Address(*d));
+    EXPECT_TRUE((*c)->IdleTime(seconds(2)).ok()) << "still serving";
+  }
+}
+
+// Under admission lists, a reaper that may only observe is told so for
+// its stop, and one not admitted at all for its poll.
+TEST(ReapTest, PermissionDeniedIsSaidByKind) {
+  testing::TestPki pki;
+  const testing::Pem worker =
+      pki.Leaf("worker", {"DNS:worker.cfdb.internal", "IP:127.0.0.1"});
+  const testing::Pem observer =
+      pki.Leaf("reaper", {"DNS:reaper.cfdb.internal"});
+  const testing::Pem stranger = pki.Leaf("stranger", {"DNS:stranger"});
+  Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                 "--tls-key", worker.key, "--idle-timeout-seconds", "0",
+                 "--tls-admit-control", "api.cfdb.internal",
+                 "--tls-admit-observe", "reaper.cfdb.internal"});
+  std::this_thread::sleep_for(milliseconds(200));
+  for (const auto& [pem, action] :
+       {std::pair{&observer, "stop failed"}, {&stranger, "poll failed"}}) {
+    auto [outcome, lines] = ReapJson(
+        {"--idle-threshold-seconds", "0.1", "--tls-ca", pki.ca().cert,
+         "--tls-cert", pem->cert, "--tls-key", pem->key, Address(daemon)});
+    EXPECT_EQ(outcome, JobOutcome::Exited(1));
+    EXPECT_EQ(lines[Address(daemon)]["action"], action);
+    EXPECT_EQ(lines[Address(daemon)]["error_kind"], "permission denied");
+  }
+}
+
+TEST(ReapTest, NoAddressIsAUsageError) {
+  CollectingJob reap(Command({"reap", "--idle-threshold-seconds", "1"}));
+  EXPECT_EQ(RunExec(reap), JobOutcome::Exited(2));
+  EXPECT_THAT(reap.err(), HasSubstr("no addresses"));
+}
+
+}  // namespace
+}  // namespace cfdb::worker
