@@ -17,7 +17,8 @@ all: build
 
 deps:
 	@CFDB_NPM=$(TESTS) scripts/install-deps.sh
-	@[ "$(TESTS)" = OFF ] || CFNSPEC_PREFIX=$(BUILD)/cfnspec scripts/fetch-cfnspec.sh
+	@[ "$(TESTS)" = OFF ] || scripts/fetch-npm.sh $(BUILD)/cfnspec @aws-cdk/cfnspec@2.72.1
+	@[ "$(TESTS)" = OFF ] || scripts/fetch-npm.sh $(BUILD)/node @grpc/grpc-js@1.14.7 @grpc/proto-loader@0.8.1
 
 $(BUILD)/build.ninja: CMakeLists.txt tests/CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \

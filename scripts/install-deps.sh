@@ -7,6 +7,7 @@ packages=(
   libabsl-dev libssl-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev nlohmann-json3-dev libbenchmark-dev python3 libcap-dev
   clang libclang-rt-14-dev clang-format clang-tidy faketime python3-h2
+  python3-grpcio python3-grpc-tools python3-setuptools
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -27,6 +27,17 @@ const Knob kHost{"--host", "CFDB_WORKER_HOST", "127.0.0.1", "HOST",
 const Knob kPort{
     "--port", "CFDB_WORKER_PORT", "50051", "PORT",
     "port to listen on, 0..65535 (0: pick a free port and log it)"};
+const Knob kUds{"--uds", "CFDB_WORKER_UDS", "", "PATH",
+                "also listen on this Unix socket file, owner-only and without "
+                "TLS (a stale file is replaced, a live worker's refused)"};
+const Knob kWoolCompat{
+    "--wool-compat",
+    "CFDB_WORKER_WOOL_COMPAT",
+    "false",
+    "",
+    "also serve idle and stop as wool.runtime.protobuf.wire.Worker, for the "
+    "Python worker library's fleet tooling",
+    true};
 const Knob kIdleTimeout{
     "--idle-timeout-seconds", "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
     Fallback(kDefaultIdleTimeoutSeconds), "SECONDS",
@@ -48,6 +59,11 @@ const Knob kMaxLifetime{
     "--max-lifetime-seconds", "CFDB_WORKER_MAX_LIFETIME_SECONDS",
     Fallback(kDefaultMaxLifetimeSeconds), "SECONDS",
     "retire the worker this long after start, >= 0 (0: never)"};
+const Knob kMaxLifetimeJitter{
+    "--max-lifetime-jitter-seconds", "CFDB_WORKER_MAX_LIFETIME_JITTER_SECONDS",
+    "", "SECONDS",
+    "retire up to this much before the max lifetime, drawn once at start, "
+    "0..the max lifetime (0: exactly at it; default: a tenth of it)"};
 const Knob kMaxLifetimeGrace{
     "--max-lifetime-grace-seconds", "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
     Fallback(kDefaultMaxLifetimeGraceSeconds), "SECONDS",
@@ -133,8 +149,9 @@ const Knob kTlsCrlDir{
     "directory of hashed CRL files (openssl rehash) enforced on every "
     "handshake"};
 
-const Knob kAddress{"--address", "CFDB_WORKER_ADDRESS", "127.0.0.1:50051",
-                    "HOST:PORT", "worker address"};
+const Knob kAddress{
+    "--address", "CFDB_WORKER_ADDRESS", "127.0.0.1:50051", "HOST:PORT",
+    "worker address (HOST:PORT, or unix:PATH for a worker's --uds socket)"};
 const Knob kAttempts{"--attempts", "CFDB_WORKER_ATTEMPTS", "1", "COUNT",
                      "retry transient errors until this many attempts, with a "
                      "backoff from 0.5 s to 10 s, 1..1000 (1: no retry)"};
@@ -249,6 +266,20 @@ absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
   CFDB_ASSIGN(options.idle_poll_failure_limit,
               r.Integer(knob::kIdlePollFailureLimit, 1, 1'000'000));
   CFDB_ASSIGN(options.max_lifetime, r.Seconds(knob::kMaxLifetime, false));
+  const Setting jitter = r.Get(knob::kMaxLifetimeJitter);
+  if (!jitter.explicit_value) {
+    options.max_lifetime_jitter = ToDuration(Seconds(
+        ToSeconds(options.max_lifetime) * kDefaultMaxLifetimeJitterFraction));
+  } else {
+    CFDB_ASSIGN(options.max_lifetime_jitter,
+                r.Seconds(knob::kMaxLifetimeJitter, false));
+    if (options.max_lifetime_jitter > options.max_lifetime &&
+        options.max_lifetime > Duration::zero()) {
+      return Resolver::Bad(
+          jitter, absl::StrCat("is longer than the max lifetime (",
+                               ToSeconds(options.max_lifetime), " s)"));
+    }
+  }
   CFDB_ASSIGN(options.max_lifetime_grace,
               r.Seconds(knob::kMaxLifetimeGrace, true));
   CFDB_ASSIGN(options.signal_grace, r.Seconds(knob::kSignalGrace, true));
@@ -360,11 +391,14 @@ std::span<const Knob* const> ServeKnobs() {
   using namespace knob;  // NOLINT: the table below names every knob
   static const Knob* const kAll[] = {&kHost,
                                      &kPort,
+                                     &kUds,
+                                     &kWoolCompat,
                                      &kIdleTimeout,
                                      &kIdlePollInterval,
                                      &kIdlePollDeadline,
                                      &kIdlePollFailureLimit,
                                      &kMaxLifetime,
+                                     &kMaxLifetimeJitter,
                                      &kMaxLifetimeGrace,
                                      &kSignalGrace,
                                      &kMaxConcurrentTasks,
@@ -482,6 +516,8 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   ServeConfig c;
   CFDB_ASSIGN(c.host, r.NonEmpty(knob::kHost));
   CFDB_ASSIGN(c.port, r.Integer(knob::kPort, 0, 65535));
+  c.unix_socket = r.Get(knob::kUds).text;
+  CFDB_ASSIGN(c.wool_compat, r.Switch(knob::kWoolCompat));
   if (absl::Status s = ResolveRetirement(r, c.retirement); !s.ok()) return s;
   if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;
   if (absl::Status s = ResolveLogging(r, c); !s.ok()) return s;

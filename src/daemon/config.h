@@ -39,11 +39,11 @@ struct Knob {
 // The knobs, one object each, so that a knob that does not exist cannot be
 // named.
 namespace knob {
-extern const Knob kHost, kPort, kIdleTimeout, kIdlePollInterval,
-    kIdlePollDeadline, kIdlePollFailureLimit, kMaxLifetime, kMaxLifetimeGrace,
-    kSignalGrace, kMaxConcurrentTasks, kTaskKillGrace, kJobNice, kLogLevel,
-    kLogFormat, kAllowInsecure, kJobUser, kWorkerUser, kJobNproc,
-    kJobContainment, kTlsAdmitControl, kTlsAdmitObserve;
+extern const Knob kHost, kPort, kUds, kWoolCompat, kIdleTimeout,
+    kIdlePollInterval, kIdlePollDeadline, kIdlePollFailureLimit, kMaxLifetime,
+    kMaxLifetimeJitter, kMaxLifetimeGrace, kSignalGrace, kMaxConcurrentTasks,
+    kTaskKillGrace, kJobNice, kLogLevel, kLogFormat, kAllowInsecure, kJobUser,
+    kWorkerUser, kJobNproc, kJobContainment, kTlsAdmitControl, kTlsAdmitObserve;
 extern const Knob kTlsCa, kTlsCert, kTlsKey, kTlsCaEnv, kTlsCertEnv, kTlsKeyEnv,
     kTlsIdentity, kTlsRefreshInterval, kTlsCrlDir;
 extern const Knob kAddress, kAttempts;
@@ -67,7 +67,10 @@ EnvLookup ProcessEnv();
 
 struct ServeConfig {
   std::string host = "127.0.0.1";
-  int port = 50051;  // 0: pick a free port
+  int port = 50051;         // 0: pick a free port
+  std::string unix_socket;  // also listen here (ServerOptions::unix_socket)
+  // Also serve wool.runtime.protobuf.wire.Worker's idle and stop.
+  bool wool_compat = false;
   RetirementOptions retirement;
   WorkerOptions worker;
   std::string log_level = "info";

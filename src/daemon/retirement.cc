@@ -1,7 +1,9 @@
 #include "daemon/retirement.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cfdb/worker/errors.h"
@@ -31,18 +33,15 @@ std::string_view ExitReasonName(ExitReason reason) {
 RetirementPolicy::RetirementPolicy(RetirementOptions options,
                                    const Clock& clock, Watcher watcher,
                                    ConnectionFactory connect, Stopper stop)
-    : options_(options),
+    : options_(std::move(options)),
       clock_(clock),
       watcher_(std::move(watcher)),
       connect_(std::move(connect)),
       stop_(std::move(stop)) {}
 
 std::string RetirementPolicy::RemainingBound(TimePoint now) const {
-  if (options_.max_lifetime <= Duration::zero()) {
-    return "no backstop: max lifetime is disabled";
-  }
-  const Duration left =
-      std::max(start_ + options_.max_lifetime - now, Duration::zero());
+  if (!lifetime_) return "no backstop: max lifetime is disabled";
+  const Duration left = std::max(start_ + *lifetime_ - now, Duration::zero());
   return absl::StrFormat("max lifetime backstop in %.0f s", ToSeconds(left));
 }
 
@@ -124,8 +123,7 @@ void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status,
 
 std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
                                                    TimePoint* next_poll) {
-  if (options_.max_lifetime > Duration::zero() &&
-      now - start_ >= options_.max_lifetime) {
+  if (lifetime_ && now - start_ >= *lifetime_) {
     return Retirement{.reason = ExitReason::kMaxLifetime,
                       .grace = options_.max_lifetime_grace};
   }
@@ -151,8 +149,35 @@ std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
   return std::nullopt;
 }
 
+void RetirementPolicy::DrawLifetime() {
+  if (options_.max_lifetime <= Duration::zero()) return;
+  lifetime_ = options_.max_lifetime;
+  const Duration bound =
+      std::clamp(options_.max_lifetime_jitter, Duration::zero(), *lifetime_);
+  if (bound <= Duration::zero()) return;
+  Duration jitter = Duration::zero();
+  if (options_.draw_jitter) {
+    jitter = std::clamp(options_.draw_jitter(bound), Duration::zero(), bound);
+  } else {
+    absl::BitGen random;
+    jitter = ToDuration(Seconds(
+        absl::Uniform(absl::IntervalClosed, random, 0.0, ToSeconds(bound))));
+  }
+  *lifetime_ -= jitter;
+  LogEvent(spdlog::level::info,
+           absl::StrFormat("max lifetime: %.3f s less a jitter of %.3f s "
+                           "(drawn from 0..%.3f s): retiring %.3f s after "
+                           "start",
+                           ToSeconds(options_.max_lifetime), ToSeconds(jitter),
+                           ToSeconds(bound), ToSeconds(*lifetime_)),
+           {{"max_lifetime_seconds", ToSeconds(options_.max_lifetime)},
+            {"max_lifetime_jitter_seconds", ToSeconds(jitter)},
+            {"lifetime_seconds", ToSeconds(*lifetime_)}});
+}
+
 Retirement RetirementPolicy::Run() {
   start_ = clock_.Now();
+  DrawLifetime();
   if (options_.idle_timeout > Duration::zero()) {
     absl::StatusOr<std::unique_ptr<IdleSource>> source = connect_();
     if (source.ok()) {
@@ -202,7 +227,7 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
       break;
     case ExitReason::kMaxLifetime:
       why = absl::StrFormat("max lifetime %.3f s reached",
-                            ToSeconds(options_.max_lifetime));
+                            ToSeconds(lifetime_.value_or(Duration::zero())));
       break;
     case ExitReason::kListenerLost:
       why = absl::StrCat("listener lost: ", kListenerLostAfter,
@@ -221,7 +246,8 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
       {"exit_reason", std::string(ExitReasonName(retirement.reason))},
       {"idle_seconds", retirement.idle_seconds},
       {"idle_timeout_seconds", ToSeconds(options_.idle_timeout)},
-      {"max_lifetime_seconds", ToSeconds(options_.max_lifetime)}};
+      {"max_lifetime_seconds",
+       ToSeconds(lifetime_.value_or(Duration::zero()))}};
   // A Stop call drains with its own grace, logged when the call came in.
   if (retirement.reason != ExitReason::kStopRpc) {
     fields.push_back({"grace_seconds", ToSeconds(retirement.grace)});
@@ -232,8 +258,7 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
 }
 
 TimePoint RetirementPolicy::lifetime_end() const {
-  if (options_.max_lifetime <= Duration::zero()) return TimePoint::max();
-  return start_ + options_.max_lifetime;
+  return lifetime_ ? start_ + *lifetime_ : TimePoint::max();
 }
 
 }  // namespace cfdb::worker

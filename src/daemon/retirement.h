@@ -32,10 +32,15 @@
 namespace cfdb::worker {
 
 // Defaults of the serve loop; cloudformation/workers.yml repeats the first
-// three and its tests check they agree.
+// four and its tests check they agree.
 inline constexpr double kDefaultIdleTimeoutSeconds = 600;
 inline constexpr double kDefaultMaxLifetimeSeconds = 43200;       // 12 h
 inline constexpr double kDefaultMaxLifetimeGraceSeconds = 21600;  // 6 h
+// Unless given, the jitter is this fraction of the max lifetime: 4320 s
+// (1.2 h) at the default lifetime.
+inline constexpr double kDefaultMaxLifetimeJitterFraction = 0.1;
+inline constexpr double kDefaultMaxLifetimeJitterSeconds =
+    kDefaultMaxLifetimeSeconds * kDefaultMaxLifetimeJitterFraction;
 inline constexpr double kDefaultIdlePollIntervalSeconds = 15;
 inline constexpr double kDefaultIdlePollDeadlineSeconds = 5;
 inline constexpr int kDefaultIdlePollFailureLimit = 20;
@@ -58,9 +63,20 @@ struct RetirementOptions {
   // After this many consecutive failed polls (>= 1) polling slows down to
   // every kSlowPollFactor intervals.
   int idle_poll_failure_limit = kDefaultIdlePollFailureLimit;
-  // The worker retires this long after start whatever it is doing. Zero
-  // disables.
+  // The worker retires this long after start whatever it is doing, less
+  // the jitter. Zero disables.
   Duration max_lifetime = ToDuration(Seconds(kDefaultMaxLifetimeSeconds));
+  // Staggered lifetimes: the effective lifetime is max_lifetime minus an
+  // amount drawn uniformly from [0, max_lifetime_jitter] once, when Run
+  // starts, and logged, so that a fleet started by one burst does not
+  // retire in the same minute. Zero: exactly max_lifetime. Must be in
+  // [0, max_lifetime] (config enforces it; larger is treated as
+  // max_lifetime).
+  Duration max_lifetime_jitter =
+      ToDuration(Seconds(kDefaultMaxLifetimeJitterSeconds));
+  // Draws the amount from [0, max]; empty: uniform, from absl::BitGen.
+  // Tests inject their own.
+  std::function<Duration(Duration max)> draw_jitter;
   // Drain grace of the idle and max-lifetime exits.
   Duration max_lifetime_grace =
       ToDuration(Seconds(kDefaultMaxLifetimeGraceSeconds));
@@ -130,8 +146,9 @@ class RetirementPolicy {
   // max-lifetime or listener-lost retirement and returns the reason.
   Retirement Run();
 
-  // lifetime_end returns when the max lifetime ends (TimePoint::max() when
-  // it is disabled); valid once Run has started.
+  // lifetime_end returns when the effective lifetime (max lifetime less
+  // the jitter drawn) ends (TimePoint::max() when it is disabled); valid
+  // once Run has started.
   TimePoint lifetime_end() const;
 
  private:
@@ -150,7 +167,11 @@ class RetirementPolicy {
   ConnectionFactory connect_;
   Stopper stop_;
 
+  // DrawLifetime sets lifetime_ from the options and logs it.
+  void DrawLifetime();
+
   TimePoint start_;
+  std::optional<Duration> lifetime_;  // effective; none: disabled
   std::unique_ptr<IdleSource> source_;
   bool polling_ = false;
   int consecutive_failures_ = 0;

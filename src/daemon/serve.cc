@@ -15,6 +15,7 @@
 #include "cfdb/worker/worker.h"
 #include "core/errno_text.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "daemon/address.h"
 #include "daemon/commands.h"
 #include "daemon/config.h"
@@ -203,6 +204,8 @@ int RunServe(const ServeConfig& config) {
                   .credentials = credentials,
                   .on_stop_rpc = [&] { shutdown.Stop(StopCause::kStopRpc); },
                   .admit = config.admit,
+                  .unix_socket = config.unix_socket,
+                  .wool_compat = config.wool_compat,
               });
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
@@ -230,6 +233,13 @@ int RunServe(const ServeConfig& config) {
        {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
        {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
        {"max_lifetime_seconds", ToSeconds(config.retirement.max_lifetime)}});
+  if (!config.unix_socket.empty()) {
+    LogEvent(spdlog::level::info,
+             absl::StrCat(
+                 "also listening on unix:", EscapedForLog(config.unix_socket),
+                 " (owner-only, without TLS)"),
+             {{"unix_socket", EscapedForLog(config.unix_socket)}});
+  }
 
   RetirementPolicy policy(config.retirement, SteadyClock::Get(),
                           shutdown.watcher(),

@@ -8,6 +8,7 @@
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "rpc/unix_socket.h"
 #include "rpc/wire.h"
 
 namespace cfdb::worker {
@@ -136,6 +137,7 @@ absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
   if (target.empty()) {
     return absl::InvalidArgumentError("worker address is empty");
   }
+  if (IsUnixTarget(target)) credentials = Credentials::Insecure();
   auto impl = std::make_unique<Impl>(
       options.own_connection
           ? ChannelPool::NewChannel(target, credentials, true)

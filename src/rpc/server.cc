@@ -6,10 +6,12 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -21,7 +23,9 @@
 #include "rpc/dispatch_call.h"
 #include "rpc/health.h"
 #include "rpc/stop_calls.h"
+#include "rpc/unix_socket.h"
 #include "rpc/wire.h"
+#include "rpc/wool_service.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -80,8 +84,15 @@ class Service final : public RawService {
       reactor->Finish(wire::ToGrpc(parsed.status()));
       return reactor;
     }
-    auto* reactor = new StopReactor(calls_, stops_, reply);
-    const double grace = parsed->grace_seconds();
+    return BeginStop(parsed->grace_seconds(), reply, &WriteStopReply);
+  }
+
+  // BeginStop requests the one drain with `grace` seconds (< 0: no limit)
+  // for a Stop call of either service (this or wool's), answered with
+  // `write` when the drain ends.
+  grpc::ServerUnaryReactor* BeginStop(double grace, grpc::ByteBuffer* reply,
+                                      StopReplyWriter write) {
+    auto* reactor = new StopReactor(calls_, stops_, reply, write);
     spdlog::info("stop rpc: draining with grace {} s", grace);
     worker_.RequestStop(
         {.source = "stop rpc",
@@ -165,13 +176,22 @@ class WorkerServer::Impl {
   Impl(Worker& worker, ServerOptions& options)
       : admission(std::move(options.admit)),
         service(worker, Gate{admission, guard}, std::move(options.on_stop_rpc)),
-        health_service(health, Gate{admission, guard}) {}
+        health_service(health, Gate{admission, guard}),
+        wool_service(
+            Gate{admission, guard},
+            [&worker] { return ToSeconds(worker.Idle()); },
+            [this](double grace, grpc::ByteBuffer* reply,
+                   StopReplyWriter write) {
+              return service.BeginStop(grace, reply, write);
+            }) {}
   Admission admission;
   AbuseGuard guard;
   Service service;
   const std::shared_ptr<HealthState> health = std::make_shared<HealthState>();
   HealthService health_service;
+  WoolService wool_service;
   std::unique_ptr<grpc::Server> server;
+  std::optional<UnixSocketFile> unix_socket;
   absl::Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
 };
@@ -192,8 +212,18 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   int port = 0;
   builder.AddListeningPort(options.address,
                            wire::ServerCredentials(options.credentials), &port);
+  if (!options.unix_socket.empty()) {
+    absl::StatusOr<UnixSocketFile> file =
+        UnixSocketFile::Claim(options.unix_socket);
+    if (!file.ok()) return file.status();
+    impl->unix_socket = *std::move(file);
+    int unix_port = 0;  // gRPC reports 1 once bound
+    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket),
+                             grpc::InsecureServerCredentials(), &unix_port);
+  }
   builder.RegisterService(&impl->service);
   builder.RegisterService(&impl->health_service);
+  if (options.wool_compat) builder.RegisterService(&impl->wool_service);
   // Without this, gRPC binds with SO_REUSEPORT and a second worker on the
   // same port would start and share the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -224,11 +254,23 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   grpc::ResourceQuota quota("cfdb-worker");
   quota.Resize(limits.memory_quota_bytes);
   builder.SetResourceQuota(quota);
-  impl->server = builder.BuildAndStart();
+  {
+    // The socket file is born owner-only; no other thread creates files
+    // while the server starts.
+    const mode_t umask_before = umask(S_IRWXG | S_IRWXO | S_IXUSR);
+    impl->server = builder.BuildAndStart();
+    umask(umask_before);
+  }
   if (impl->server == nullptr || port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.address, ": ",
                      WhyNotListening(options.address)));
+  }
+  if (impl->unix_socket) {
+    if (absl::Status s = impl->unix_socket->Bound(); !s.ok()) {
+      impl->server->Shutdown(std::chrono::system_clock::now());
+      return absl::UnavailableError(s.message());
+    }
   }
   // From the moment a drain begins the worker takes no new work.
   worker.OnStopping([health = impl->health] { health->NotServing(); });
@@ -254,6 +296,7 @@ void WorkerServer::Shutdown(Duration wait) {
   impl_->service.calls().WaitDone(std::chrono::steady_clock::now() + wait);
   impl_->server->Shutdown(std::chrono::system_clock::now());
   impl_->server->Wait();
+  if (impl_->unix_socket) impl_->unix_socket->Remove();
 }
 
 void WorkerServer::NotServing() { impl_->health->NotServing(); }

@@ -35,19 +35,30 @@ class StopCalls {
   absl::flat_hash_set<StopReactor*> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
+// StopReplyWriter writes the reply of a Stop call (of whichever service)
+// for the drain's summary.
+using StopReplyWriter = void (*)(const StopSummary& summary,
+                                 grpc::ByteBuffer* reply);
+
+// WriteStopReply writes cfdb.worker.v1.StopReply.
+inline void WriteStopReply(const StopSummary& summary,
+                           grpc::ByteBuffer* bytes) {
+  v1::StopReply reply;
+  reply.set_drained(static_cast<uint32_t>(summary.drained));
+  reply.set_cancelled(static_cast<uint32_t>(summary.cancelled));
+  Serialize(reply, bytes);
+}
+
 // StopReactor is one Stop call: answered with the drain's summary.
 class StopReactor final : public grpc::ServerUnaryReactor {
  public:
   StopReactor(CallTracker& calls, std::shared_ptr<StopCalls> stops,
-              grpc::ByteBuffer* reply)
-      : calls_(calls), stops_(std::move(stops)), reply_(reply) {
+              grpc::ByteBuffer* reply, StopReplyWriter write)
+      : calls_(calls), stops_(std::move(stops)), reply_(reply), write_(write) {
     calls_.Started();
   }
   void Answer(const StopSummary& summary) {
-    v1::StopReply reply;
-    reply.set_drained(static_cast<uint32_t>(summary.drained));
-    reply.set_cancelled(static_cast<uint32_t>(summary.cancelled));
-    Serialize(reply, reply_);
+    write_(summary, reply_);
     Finish(grpc::Status::OK);
   }
   void OnCancel() override { stops_->Cancel(this); }
@@ -60,6 +71,7 @@ class StopReactor final : public grpc::ServerUnaryReactor {
   CallTracker& calls_;
   const std::shared_ptr<StopCalls> stops_;
   grpc::ByteBuffer* const reply_;
+  const StopReplyWriter write_;
 };
 
 }  // namespace cfdb::worker

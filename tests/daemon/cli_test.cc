@@ -1,5 +1,7 @@
 // The cfdb-worker binary, run as a user would run it.
+#include <chrono>
 #include <csignal>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -136,6 +138,39 @@ TEST(CliTest, JsonLogsAreOneObjectPerLineWithTheExitFields) {
   }
   EXPECT_GE(objects, 2);
   EXPECT_TRUE(saw_exit) << daemon.log();
+}
+
+// A staggered lifetime: the jitter drawn at start is logged, and the worker
+// retires at the max lifetime less that, not at the max lifetime.
+TEST(CliTest, TheLifetimeJitterIsLoggedAndKept) {
+  Daemon daemon({"--log-format", "json", "--idle-timeout-seconds", "0",
+                 "--max-lifetime-seconds", "4", "--max-lifetime-jitter-seconds",
+                 "3"});
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+          .count();
+  std::optional<double> drawn, lifetime, retired_at;
+  std::istringstream lines(daemon.log());
+  for (std::string line; std::getline(lines, line);) {
+    const auto json = nlohmann::json::parse(line, nullptr, false);
+    if (json.contains("max_lifetime_jitter_seconds")) {
+      drawn = json["max_lifetime_jitter_seconds"].get<double>();
+      lifetime = json["lifetime_seconds"].get<double>();
+      EXPECT_EQ(json["max_lifetime_seconds"].get<double>(), 4.0);
+    }
+    if (json.value("exit_reason", "") == "max lifetime") {
+      retired_at = json["max_lifetime_seconds"].get<double>();
+    }
+  }
+  ASSERT_TRUE(drawn && lifetime && retired_at) << daemon.log();
+  EXPECT_GE(*drawn, 0.0);
+  EXPECT_LE(*drawn, 3.0);
+  EXPECT_DOUBLE_EQ(*lifetime, 4.0 - *drawn);
+  EXPECT_DOUBLE_EQ(*retired_at, *lifetime);
+  EXPECT_LT(elapsed, *lifetime + 1.0) << "retired at its own lifetime";
+  EXPECT_GT(elapsed, *lifetime - 0.5);
 }
 
 TEST(CliTest, DispatchExitsWith128PlusTheSignal) {

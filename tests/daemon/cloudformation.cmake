@@ -1,6 +1,6 @@
 # The template tests: cloudformation/workers.yml against the worker's
 # constants and AWS's CloudFormation resource specification, which
-# scripts/fetch-cfnspec.sh installs under the build directory (make deps runs
+# scripts/fetch-npm.sh installs under the build directory (make deps runs
 # it). Only headers of the library are used, so cfdb_worker is not linked.
 find_package(yaml-cpp CONFIG REQUIRED)
 find_package(nlohmann_json 3 CONFIG REQUIRED)

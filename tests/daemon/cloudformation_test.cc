@@ -2,7 +2,7 @@
 // parameters whose defaults agree with the code, and that every resource,
 // property and reference in it exists in AWS's CloudFormation resource
 // specification (the npm package @aws-cdk/cfnspec, fetched by
-// scripts/fetch-cfnspec.sh).
+// scripts/fetch-npm.sh, from make deps).
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
@@ -434,6 +434,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ReapingKnob{"WorkerMaxLifetimeSeconds",
                                   "CFDB_WORKER_MAX_LIFETIME_SECONDS",
                                   kDefaultMaxLifetimeSeconds},
+                      ReapingKnob{"WorkerMaxLifetimeJitterSeconds",
+                                  "CFDB_WORKER_MAX_LIFETIME_JITTER_SECONDS",
+                                  kDefaultMaxLifetimeJitterSeconds},
                       ReapingKnob{"WorkerMaxLifetimeGraceSeconds",
                                   "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
                                   kDefaultMaxLifetimeGraceSeconds}),
@@ -664,7 +667,7 @@ class CloudFormationSpecTest : public ::testing::Test {
     spec_ = Spec();
     ASSERT_NE(spec_, nullptr)
         << "CloudFormation resource specification missing at " << kSpecPath
-        << "; run scripts/fetch-cfnspec.sh (make deps does)";
+        << "; run make deps (scripts/fetch-npm.sh)";
     ASSERT_TRUE(spec_->contains("ResourceTypes"));
     ASSERT_TRUE(spec_->contains("PropertyTypes"));
   }

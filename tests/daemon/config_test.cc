@@ -33,6 +33,7 @@ TEST(ConfigTest, DefaultsWithNoFlagsAndNoVariables) {
   EXPECT_EQ(c->retirement.idle_poll_failure_limit, 20);
   EXPECT_EQ(c->retirement.max_lifetime, seconds(43200));
   EXPECT_EQ(c->retirement.max_lifetime_grace, seconds(21600));
+  EXPECT_EQ(c->retirement.max_lifetime_jitter, seconds(4320));
   EXPECT_EQ(c->retirement.signal_grace, Duration::zero());
   EXPECT_EQ(c->worker.max_concurrent_tasks,
             std::max(1u, std::thread::hardware_concurrency()));
@@ -57,6 +58,8 @@ TEST(ConfigTest, VariablesOverrideDefaults) {
       << "the default deadline is clamped to a shorter interval";
   EXPECT_EQ(c->retirement.idle_poll_failure_limit, 3);
   EXPECT_EQ(c->retirement.max_lifetime, seconds(90));
+  EXPECT_EQ(c->retirement.max_lifetime_jitter, seconds(9))
+      << "unless given, a tenth of the max lifetime";
   EXPECT_EQ(c->retirement.max_lifetime_grace, seconds(7));
   EXPECT_EQ(c->port, 0);
   EXPECT_EQ(c->worker.max_concurrent_tasks, 5u);
@@ -158,6 +161,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"CFDB_WORKER_PORT", "-1", "outside 0..65535"},
         BadValue{"--max-concurrent-tasks", "0", "outside 1.."},
         BadValue{"--task-kill-grace-seconds", "-3", "negative"},
+        BadValue{"--max-lifetime-jitter-seconds", "-1", "negative"},
+        BadValue{"--max-lifetime-jitter-seconds", "50000",
+                 "longer than the max lifetime (43200 s)"},
         BadValue{"--job-nice", "20", "outside 0..19"},
         BadValue{"CFDB_WORKER_JOB_NICE", "-1", "outside 0..19"},
         BadValue{"--log-level", "loud", "not one of"},

@@ -88,6 +88,10 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
   std::this_thread::sleep_for(milliseconds(1500));
   auto below_connection = WorkerConnection::Open(Address(below));
   ASSERT_TRUE((*below_connection)->Dispatch(ExecRequest({"true"}), {}).ok());
+  // Its end reaches us a moment before the job leaves the docket.
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return (*below_connection)->IdleTime(seconds(1)).value_or(0) > 0;
+  }));
 
   auto [outcome, lines] = ReapJson(
       {"--idle-threshold-seconds", "1.2", "--grace-seconds", "5", Address(idle),

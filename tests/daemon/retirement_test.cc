@@ -1,6 +1,7 @@
 #include "daemon/retirement.h"
 
 #include <deque>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -78,6 +79,7 @@ class RetirementTest : public ::testing::Test {
     options_.idle_poll_deadline = seconds(5);
     options_.idle_poll_failure_limit = 20;
     options_.max_lifetime = hours(12);
+    options_.max_lifetime_jitter = Duration::zero();
     options_.max_lifetime_grace = hours(6);
     options_.signal_grace = Duration::zero();
   }
@@ -126,7 +128,77 @@ TEST(RetirementDefaultsTest, MatchTheDocumentedDefaults) {
   EXPECT_EQ(defaults.idle_poll_failure_limit, 20);
   EXPECT_EQ(defaults.max_lifetime, hours(12));
   EXPECT_EQ(defaults.max_lifetime_grace, hours(6));
+  EXPECT_EQ(defaults.max_lifetime_jitter, seconds(4320)) << "a tenth";
   EXPECT_EQ(defaults.signal_grace, Duration::zero());
+}
+
+// The jitter is drawn once, from [0, J], and the worker retires at the max
+// lifetime less what was drawn, with the draw logged.
+TEST_F(RetirementTest, JitterIsDrawnOnceAndShortensTheLifetime) {
+  options_.max_lifetime = seconds(600);
+  options_.max_lifetime_jitter = seconds(60);
+  std::vector<Duration> bounds;
+  options_.draw_jitter = [&](Duration max) {
+    bounds.push_back(max);
+    return seconds(42);
+  };
+  Script({0.0});  // busy: only the lifetime ends it
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kMaxLifetime);
+  EXPECT_EQ(clock_.Now() - start_, seconds(558));
+  EXPECT_EQ(bounds, std::vector<Duration>{seconds(60)})
+      << "drawn once, from [0, J], over " << source_.polls.size() << " polls";
+  EXPECT_THAT(log_.str(), HasSubstr("max lifetime: 600.000 s less a jitter "
+                                    "of 42.000 s (drawn from 0..60.000 s)"));
+  EXPECT_THAT(log_.str(), HasSubstr("max lifetime 558.000 s reached"));
+}
+
+// The real draw stays within [L - J, L] and spreads: a fleet started
+// together does not retire together.
+TEST_F(RetirementTest, RealDrawsStayInBoundsAndSpread) {
+  options_.idle_timeout = Duration::zero();
+  options_.max_lifetime = seconds(1000);
+  options_.max_lifetime_jitter = seconds(100);
+  std::set<Duration> lifetimes;
+  for (int i = 0; i < 50; ++i) {
+    const TimePoint start = clock_.Now();
+    EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
+    const Duration lifetime = clock_.Now() - start;
+    EXPECT_GE(lifetime, seconds(900));
+    EXPECT_LE(lifetime, seconds(1000));
+    lifetimes.insert(lifetime);
+  }
+  EXPECT_GT(lifetimes.size(), 40u) << "50 workers, (nearly) 50 lifetimes";
+}
+
+// Zero disables the jitter (nothing is drawn); one beyond the lifetime is
+// bounded by it; a draw out of range is clamped.
+TEST_F(RetirementTest, ZeroJitterIsExactlyTheMaxLifetime) {
+  options_.max_lifetime = seconds(120);
+  int draws = 0;
+  options_.draw_jitter = [&](Duration) {
+    ++draws;
+    return seconds(10);
+  };
+  Script({0.0});
+  EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
+  EXPECT_EQ(clock_.Now() - start_, seconds(120));
+  EXPECT_EQ(draws, 0);
+  EXPECT_THAT(log_.str(), Not(HasSubstr("jitter")));
+}
+
+TEST_F(RetirementTest, JitterIsBoundedByTheLifetime) {
+  options_.max_lifetime = seconds(120);
+  options_.max_lifetime_jitter = hours(1);
+  Duration bound{};
+  options_.draw_jitter = [&](Duration max) {
+    bound = max;
+    return hours(2);  // out of range
+  };
+  Script({0.0});
+  EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
+  EXPECT_EQ(bound, seconds(120));
+  EXPECT_EQ(clock_.Now() - start_, Duration::zero());
 }
 
 TEST_F(RetirementTest, ExitsOnTheFirstPollOverTheThresholdWithTheDrainGrace) {

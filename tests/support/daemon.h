@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -77,7 +78,13 @@ class Daemon {
                                      wrapper.begin(), wrapper.end());
     return request;
   }
+  // Serve also pins the lifetime jitter to 0 unless the test sets it, so
+  // that a test of the max lifetime sees that lifetime.
   static std::vector<std::string> Serve(std::vector<std::string> args) {
+    if (std::find(args.begin(), args.end(), "--max-lifetime-jitter-seconds") ==
+        args.end()) {
+      args.insert(args.begin(), {"--max-lifetime-jitter-seconds", "0"});
+    }
     args.insert(args.begin(), {"serve", "--port", "0"});
     return args;
   }

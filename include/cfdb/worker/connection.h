@@ -49,8 +49,11 @@ struct ConnectionOptions {
 // call blocks until its reply or its deadline.
 class WorkerConnection final {
  public:
-  // Open makes a connection to `target` ("host:port"). Does not dial yet.
-  // INVALID_ARGUMENT for an empty target.
+  // Open makes a connection to `target` ("host:port", or "unix:PATH" for a
+  // worker's Unix socket, ServerOptions::unix_socket). Does not dial yet.
+  // A "unix:" target is always dialled without TLS, whatever `credentials`
+  // say: the worker serves its socket in plaintext, the file's owner-only
+  // mode being its access control. INVALID_ARGUMENT for an empty target.
   static absl::StatusOr<std::unique_ptr<WorkerConnection>> Open(
       std::string target, Credentials credentials = Credentials::Insecure(),
       ConnectionOptions options = {});

@@ -85,16 +85,30 @@ struct ServerOptions {
   Duration keepalive_timeout = kKeepaliveTimeout;
   AdmissionLists admit;
   ServerLimits limits;
+  // Also listen on a Unix domain socket at this path (empty: none), without
+  // TLS: the file is created owner-only (0600), so only the worker's own
+  // user (or root) can connect, and callers there pass admission as the
+  // worker itself would. A stale file of a crashed run is replaced; one a
+  // live process accepts on is refused (FAILED_PRECONDITION from Start).
+  // The file is removed on Shutdown.
+  std::string unix_socket;
+  // Also serve `idle` and `stop` of wool.runtime.protobuf.wire.Worker
+  // (proto/wool/runtime/protobuf/wire/worker.proto), the service name the
+  // Python worker library Wool's fleet tooling calls, on the same docket
+  // and drain; its StopRequest.timeout is the drain grace.
+  bool wool_compat = false;
 };
 
 // WorkerServer serves one Worker. Thread-safe. Does not own the worker, which
 // must outlive the server.
 class WorkerServer {
  public:
-  // Start listens on `options.address` and starts serving. Errors:
-  // UNAVAILABLE when the address cannot be bound (in use, bad host);
-  // INVALID_ARGUMENT for admission lists without mutual TLS (there would be
-  // no identity to check).
+  // Start listens on `options.address` (and `options.unix_socket`) and
+  // starts serving. Errors: UNAVAILABLE when the address cannot be bound (in
+  // use, bad host); INVALID_ARGUMENT for admission lists without mutual TLS
+  // (there would be no identity to check) or a socket path too long;
+  // FAILED_PRECONDITION when a live process listens on the socket path or
+  // the path is not a socket.
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(
       Worker& worker, ServerOptions options);
 
@@ -106,8 +120,8 @@ class WorkerServer {
 
   // Shutdown lets Dispatch and Stop calls in progress finish for up to
   // `wait` (on the monotonic clock), then stops serving: calls still open
-  // are cancelled and client connections closed. Returns when done.
-  // Idempotent.
+  // are cancelled and client connections closed, and the Unix socket file
+  // removed. Returns when done. Idempotent.
   void Shutdown(Duration wait);
 
   // NotServing turns the health service NOT_SERVING without stopping (the

@@ -1,0 +1,56 @@
+#include "rpc/wool_service.h"
+
+#include <cmath>
+
+#include "rpc/wire.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker {
+namespace {
+
+// Wool's stop answers Void, whatever the drain did.
+void WriteVoid(const StopSummary&, grpc::ByteBuffer* reply) {
+  Serialize(wool_wire::Void(), reply);
+}
+
+grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* ctx,
+                                  const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(wire::ToGrpc(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* WoolService::idle(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* reply) {
+  const absl::Status s =
+      gate_
+          .Open<wool_wire::Void>(*ctx, *request, MethodGroup::kObserve,
+                                 "wool idle")
+          .status();
+  if (!s.ok()) return Refused(ctx, s);
+  wool_wire::IdleTime idle;
+  idle.set_seconds(idle_());
+  Serialize(idle, reply);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WoolService::stop(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* reply) {
+  absl::StatusOr<wool_wire::StopRequest> parsed =
+      gate_.Open<wool_wire::StopRequest>(*ctx, *request, MethodGroup::kControl,
+                                         "wool stop");
+  if (parsed.ok() && std::isnan(parsed->timeout())) {
+    parsed = absl::InvalidArgumentError("timeout: NaN");
+    spdlog::info("wool stop: refused: {}", parsed.status().ToString());
+  }
+  if (!parsed.ok()) return Refused(ctx, parsed.status());
+  return stop_(parsed->timeout(), reply, &WriteVoid);
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,333 @@
+// The idle/stop/dispatch contract over every transport a worker serves
+// (TCP plaintext, TCP with mutual TLS, its Unix socket), the socket file's
+// life (owner-only, removed on exit, a stale one replaced, a live one
+// refused) and Wool's idle and stop behind --wool-compat (issue 14).
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/exec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "support/daemon.h"
+#include "support/test_job.h"
+#include "support/test_pki.h"
+#include "support/wait_for.h"
+#include "wool/runtime/protobuf/wire/worker.grpc.pb.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::CollectingJob;
+using testing::Command;
+using testing::Daemon;
+using testing::ExecRequest;
+using ::testing::HasSubstr;
+
+namespace wool_wire = ::wool::runtime::protobuf::wire;
+
+// SocketDir is a private directory for socket files, removed at the end.
+class SocketDir {
+ public:
+  SocketDir() {
+    char dir[] = "/tmp/cfdb-uds-XXXXXX";
+    EXPECT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+  }
+  ~SocketDir() { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const {
+    return absl::StrCat(dir_, "/", name);
+  }
+
+ private:
+  std::string dir_;
+};
+
+// ExitedZero says whether a dispatch's job ran and exited 0.
+bool ExitedZero(const absl::StatusOr<JobOutcome>& outcome) {
+  return outcome.ok() && *outcome == JobOutcome::Exited(0);
+}
+
+enum class Transport { kTcp, kTcpMtls, kUnix };
+
+std::string Name(Transport t) {
+  switch (t) {
+    case Transport::kTcp:
+      return "TcpPlaintext";
+    case Transport::kTcpMtls:
+      return "TcpMutualTls";
+    case Transport::kUnix:
+      return "UnixSocket";
+  }
+  return "";
+}
+
+// A worker, the address of the transport under test, and the client
+// flags and credentials that go with it.
+class TransportTest : public ::testing::TestWithParam<Transport> {
+ protected:
+  TransportTest()
+      : worker_pem_(
+            pki_.Leaf("worker", {"DNS:worker.cfdb.internal", "IP:127.0.0.1"})),
+        client_pem_(pki_.Leaf("api", {"DNS:api.cfdb.internal"})) {}
+
+  std::vector<std::string> ServeArgs() const {
+    std::vector<std::string> args = {"--idle-timeout-seconds", "0", "--uds",
+                                     socket_};
+    if (GetParam() == Transport::kTcpMtls) {
+      args.insert(args.end(), {"--tls-ca", pki_.ca().cert, "--tls-cert",
+                               worker_pem_.cert, "--tls-key", worker_pem_.key,
+                               "--tls-admit-control", "api.cfdb.internal",
+                               "--tls-admit-observe", "worker.cfdb.internal"});
+    }
+    return args;
+  }
+  std::string AddressOf(const Daemon& daemon) const {
+    return GetParam() == Transport::kUnix
+               ? absl::StrCat("unix:", socket_)
+               : absl::StrCat("127.0.0.1:", daemon.port());
+  }
+  Credentials ClientCredentials() {
+    return GetParam() == Transport::kTcpMtls ? pki_.Mtls(client_pem_)
+                                             : Credentials::Insecure();
+  }
+  std::vector<std::string> ClientFlags(const Daemon& daemon) const {
+    std::vector<std::string> flags = {"--address", AddressOf(daemon)};
+    if (GetParam() == Transport::kTcpMtls) {
+      flags.insert(flags.end(),
+                   {"--tls-ca", pki_.ca().cert, "--tls-cert", client_pem_.cert,
+                    "--tls-key", client_pem_.key});
+    }
+    return flags;
+  }
+
+  testing::TestPki pki_;
+  testing::Pem worker_pem_;
+  testing::Pem client_pem_;
+  SocketDir dir_;
+  const std::string socket_ = dir_.path("worker.sock");
+};
+
+// Idle grows from startup and is 0 while busy; a job's output and exit code
+// come back byte-exact; Stop drains the job in flight and the worker exits.
+TEST_P(TransportTest, IdleDispatchAndStopKeepTheirContract) {
+  Daemon daemon(ServeArgs());
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto connection =
+      WorkerConnection::Open(AddressOf(daemon), ClientCredentials());
+  ASSERT_TRUE(connection.ok());
+  absl::StatusOr<double> first = (*connection)->IdleTime(seconds(5));
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::this_thread::sleep_for(milliseconds(200));
+  absl::StatusOr<double> second = (*connection)->IdleTime(seconds(5));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GE(*second - *first, 0.15) << "idle accrues from startup";
+
+  std::string out;
+  std::string err;
+  absl::StatusOr<JobOutcome> outcome =
+      (*connection)
+          ->Dispatch(ExecRequest({"/bin/sh", "-c",
+                                  "printf 'a\\0b'; printf oops >&2; exit 3"}),
+                     {.on_output =
+                          [&](OutputStream stream, std::string_view bytes) {
+                            (stream == OutputStream::kStdout ? out : err)
+                                .append(bytes);
+                          }},
+                     seconds(30));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, JobOutcome::Exited(3));
+  EXPECT_EQ(out, std::string("a\0b", 3));
+  EXPECT_EQ(err, "oops");
+  // The job's end reaches the client a moment before it leaves the docket.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return (*connection)->IdleTime(seconds(1)).value_or(0) > 0; }));
+
+  std::thread job([&] {
+    EXPECT_TRUE(ExitedZero(
+        (*connection)->Dispatch(ExecRequest({"sleep", "1"}), {}, seconds(30))))
+        << "drained, not cancelled";
+  });
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return (*connection)->IdleTime(seconds(1)).value_or(1) == 0;
+  })) << "0 while busy";
+  absl::StatusOr<StopSummary> stopped =
+      (*connection)->Stop(seconds(30), seconds(60));
+  job.join();
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->drained, 1);
+  EXPECT_EQ(stopped->cancelled, 0);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_FALSE(std::filesystem::exists(socket_)) << "removed on exit";
+}
+
+// The client commands speak every transport.
+TEST_P(TransportTest, TheClientCommandsSpeakIt) {
+  Daemon daemon(ServeArgs());
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto run = [&](std::vector<std::string> args) {
+    const std::vector<std::string> flags = ClientFlags(daemon);
+    args.insert(args.begin() + 1, flags.begin(), flags.end());
+    CollectingJob command(Command(args));
+    const JobOutcome outcome = RunExec(command);
+    return std::make_tuple(outcome, command.out(), command.err());
+  };
+  auto [idle, idle_out, idle_err] = run({"idle"});
+  EXPECT_EQ(idle, JobOutcome::Exited(0)) << idle_err;
+  auto [dispatch, out, dispatch_err] =
+      run({"dispatch", "--no-stdin", "--", "echo", "over the wire"});
+  EXPECT_EQ(dispatch, JobOutcome::Exited(0)) << dispatch_err;
+  EXPECT_EQ(out, "over the wire\n");
+  auto [health, health_out, health_err] = run({"health"});
+  EXPECT_EQ(health, JobOutcome::Exited(0)) << health_err;
+  auto [stop, stop_out, stop_err] = run({"stop", "--grace", "5"});
+  EXPECT_EQ(stop, JobOutcome::Exited(0)) << stop_err;
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, TransportTest,
+    ::testing::Values(Transport::kTcp, Transport::kTcpMtls, Transport::kUnix),
+    [](const ::testing::TestParamInfo<Transport>& param_info) {
+      return Name(param_info.param);
+    });
+
+// A socket file left behind by a process that is gone: bound, never
+// unlinked.
+void LeaveStaleSocket(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  path.copy(address.sun_path, sizeof address.sun_path - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  close(fd);
+  ASSERT_TRUE(std::filesystem::is_socket(path));
+}
+
+TEST(UnixSocketTest, IsOwnerOnlyAndAStaleFileIsReplaced) {
+  SocketDir dir;
+  const std::string path = dir.path("w.sock");
+  LeaveStaleSocket(path);
+  Daemon daemon({"--idle-timeout-seconds", "0", "--uds", path});
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "owner-only";
+  EXPECT_EQ(st.st_uid, geteuid());
+  auto connection = WorkerConnection::Open("unix:" + path);
+  EXPECT_TRUE((*connection)->IdleTime(seconds(5)).ok());
+}
+
+// A second worker on the socket of a live one is refused and leaves it be.
+TEST(UnixSocketTest, ALiveWorkersSocketIsRefused) {
+  SocketDir dir;
+  const std::string path = dir.path("w.sock");
+  Daemon first({"--idle-timeout-seconds", "0", "--uds", path});
+  ASSERT_GT(first.port(), 0) << first.log();
+  CollectingJob second(Command({"serve", "--port", "0", "--uds", path}));
+  EXPECT_EQ(RunExec(second), JobOutcome::Exited(1));
+  EXPECT_THAT(second.err(), HasSubstr("another process (a worker still "
+                                      "running?) accepts connections on it"));
+  auto connection = WorkerConnection::Open("unix:" + path);
+  EXPECT_TRUE((*connection)->IdleTime(seconds(5)).ok())
+      << "the first still serves on it";
+}
+
+TEST(UnixSocketTest, APathThatIsNoSocketIsLeftAlone) {
+  SocketDir dir;
+  const std::string path = dir.path("notes.txt");
+  std::ofstream(path) << "keep me\n";
+  CollectingJob serve(Command({"serve", "--port", "0", "--uds", path}));
+  EXPECT_EQ(RunExec(serve), JobOutcome::Exited(1));
+  EXPECT_THAT(serve.err(), HasSubstr("exists and is not a socket"));
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "keep me");
+}
+
+// Under admission lists, the owner-only socket's callers are the worker's
+// own user: they may control it, while an unlisted certificate over TCP
+// may not.
+TEST(UnixSocketTest, AdmissionTrustsTheOwnerOnlySocket) {
+  testing::TestPki pki;
+  const testing::Pem worker =
+      pki.Leaf("worker", {"DNS:worker.cfdb.internal", "IP:127.0.0.1"});
+  SocketDir dir;
+  const std::string path = dir.path("w.sock");
+  Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                 "--tls-key", worker.key, "--tls-admit-control",
+                 "api.cfdb.internal", "--tls-admit-observe",
+                 "worker.cfdb.internal", "--idle-timeout-seconds", "0", "--uds",
+                 path});
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto tcp = WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()),
+                                    pki.Mtls(worker));
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      (*tcp)->Dispatch(ExecRequest({"true"}), {}).status()));
+  auto local = WorkerConnection::Open("unix:" + path, pki.Mtls(worker));
+  EXPECT_TRUE(ExitedZero((*local)->Dispatch(ExecRequest({"true"}), {})));
+}
+
+// Wool's fleet tooling: `idle` and `stop` of wool.runtime.protobuf.wire.Worker
+// by their exact names, on the same docket and drain.
+TEST(WoolCompatTest, IdleAndStopUnderWoolsNames) {
+  Daemon daemon({"--idle-timeout-seconds", "0", "--wool-compat"});
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", daemon.port()),
+                                     grpc::InsecureChannelCredentials());
+  auto wool = wool_wire::Worker::NewStub(channel);
+  auto deadline = [] {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + seconds(30));
+    return context;
+  };
+  wool_wire::IdleTime idle;
+  ASSERT_TRUE(wool->idle(deadline().get(), wool_wire::Void(), &idle).ok());
+  EXPECT_GT(idle.seconds(), 0.0);
+
+  auto connection =
+      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  std::thread job([&] {
+    EXPECT_TRUE(ExitedZero(
+        (*connection)->Dispatch(ExecRequest({"sleep", "1"}), {}, seconds(30))));
+  });
+  ASSERT_TRUE(testing::WaitFor([&] {
+    wool_wire::IdleTime busy;
+    return wool->idle(deadline().get(), wool_wire::Void(), &busy).ok() &&
+           busy.seconds() == 0;
+  })) << "0 while busy, as Idle";
+  wool_wire::StopRequest stop;
+  stop.set_timeout(30);  // the drain grace
+  wool_wire::Void done;
+  const grpc::Status stopped = wool->stop(deadline().get(), stop, &done);
+  job.join();
+  EXPECT_TRUE(stopped.ok()) << stopped.error_message();
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  EXPECT_THAT(daemon.log(), HasSubstr("stop rpc: draining with grace 30 s"));
+}
+
+TEST(WoolCompatTest, OffByDefault) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  auto wool = wool_wire::Worker::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", daemon.port()),
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  wool_wire::IdleTime idle;
+  EXPECT_EQ(wool->idle(&context, wool_wire::Void(), &idle).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+}
+
+}  // namespace
+}  // namespace cfdb::worker
