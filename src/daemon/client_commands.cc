@@ -71,13 +71,13 @@ int RunIdle(const ClientOptions& options) {
   return kExitOk;
 }
 
-int RunHealth(const ClientOptions& options) {
+int RunHealth(const ClientOptions& options, const std::string& service) {
   auto connection = Connect(options.address, options);
   if (!connection.ok())
     return Fail(Rpc::kHealth, options.address, connection.status());
-  absl::StatusOr<WorkerConnection::ServingStatus> status =
-      WithRetries(options.attempts, Rpc::kHealth,
-                  [&] { return (*connection)->Health(options.timeout); });
+  absl::StatusOr<WorkerConnection::ServingStatus> status = WithRetries(
+      options.attempts, Rpc::kHealth,
+      [&] { return (*connection)->Health(options.timeout, service); });
   if (!status.ok()) return Fail(Rpc::kHealth, options.address, status.status());
   switch (*status) {
     case WorkerConnection::ServingStatus::kServing:

@@ -30,9 +30,10 @@ struct ClientOptions {
 };
 
 int RunIdle(const ClientOptions& options);
-// RunHealth exits 0 only when the worker answers SERVING, 1 when it answers
-// anything else; RPC failures exit as in errors.h.
-int RunHealth(const ClientOptions& options);
+// RunHealth exits 0 only when the worker answers SERVING for `service`
+// (empty: the whole server), 1 when it answers anything else; RPC failures
+// exit as in errors.h (an unknown service is NOT_FOUND: 76).
+int RunHealth(const ClientOptions& options, const std::string& service);
 int RunStop(const ClientOptions& options, double grace_seconds);
 
 struct DispatchOptions {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/address.h"
+#include "rpc/unix_socket.h"
 
 namespace cfdb::worker {
 namespace {
@@ -63,7 +64,8 @@ const Knob kMaxLifetimeJitter{
     "--max-lifetime-jitter-seconds", "CFDB_WORKER_MAX_LIFETIME_JITTER_SECONDS",
     "", "SECONDS",
     "retire up to this much before the max lifetime, drawn once at start, "
-    "0..the max lifetime (0: exactly at it; default: a tenth of it)"};
+    ">= 0, at most half the lifetime (0: exactly at it; default: a tenth of "
+    "it)"};
 const Knob kMaxLifetimeGrace{
     "--max-lifetime-grace-seconds", "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
     Fallback(kDefaultMaxLifetimeGraceSeconds), "SECONDS",
@@ -273,12 +275,6 @@ absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
   } else {
     CFDB_ASSIGN(options.max_lifetime_jitter,
                 r.Seconds(knob::kMaxLifetimeJitter, false));
-    if (options.max_lifetime_jitter > options.max_lifetime &&
-        options.max_lifetime > Duration::zero()) {
-      return Resolver::Bad(
-          jitter, absl::StrCat("is longer than the max lifetime (",
-                               ToSeconds(options.max_lifetime), " s)"));
-    }
   }
   CFDB_ASSIGN(options.max_lifetime_grace,
               r.Seconds(knob::kMaxLifetimeGrace, true));
@@ -516,7 +512,12 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   ServeConfig c;
   CFDB_ASSIGN(c.host, r.NonEmpty(knob::kHost));
   CFDB_ASSIGN(c.port, r.Integer(knob::kPort, 0, 65535));
-  c.unix_socket = r.Get(knob::kUds).text;
+  if (const Setting uds = r.Get(knob::kUds); !uds.text.empty()) {
+    if (absl::Status s = CheckUnixSocketPath(uds.text); !s.ok()) {
+      return Resolver::Bad(uds, std::string(s.message()));
+    }
+    c.unix_socket = uds.text;
+  }
   CFDB_ASSIGN(c.wool_compat, r.Switch(knob::kWoolCompat));
   if (absl::Status s = ResolveRetirement(r, c.retirement); !s.ok()) return s;
   if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;

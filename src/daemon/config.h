@@ -104,7 +104,8 @@ struct ServeConfig {
 // host that is not a loopback IP literal or a "localhost" resolving to
 // loopback only (without --allow-insecure), an unknown user, an unknown
 // containment, admission lists without mutual TLS or with an identity that
-// is not printable ASCII. Reads the TLS files and the user database, and
+// is not printable ASCII, a --uds path that is not absolute, too long or
+// in no directory. Reads the TLS files and the user database, and
 // resolves "localhost"; touches no global state.
 absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
                                                const EnvLookup& env);

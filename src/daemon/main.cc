@@ -261,6 +261,12 @@ int Main(int argc, char** argv) {
   Client health(app, "health",
                 "exit 0 only if the worker's gRPC health check says SERVING",
                 "deadline in seconds (default 5)");
+  std::string health_service;
+  health.command
+      ->add_option("--service", health_service,
+                   "ask for this service (default: the whole server; the "
+                   "worker also answers for cfdb.worker.v1.Worker)")
+      ->type_name("NAME");
   Client stop(
       app, "stop", "stop a worker with a drain grace",
       "deadline in seconds (default: grace + 60, or 1 day when grace < 0)");
@@ -296,7 +302,7 @@ int Main(int argc, char** argv) {
   }
   if (health.command->parsed()) {
     auto options = ResolveClient(health, std::chrono::seconds(5));
-    return options ? cli::RunHealth(*options) : cli::kExitUsage;
+    return options ? cli::RunHealth(*options, health_service) : cli::kExitUsage;
   }
   if (stop.command->parsed()) {
     if (std::isnan(grace_seconds)) {

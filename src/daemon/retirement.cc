@@ -152,8 +152,16 @@ std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
 void RetirementPolicy::DrawLifetime() {
   if (options_.max_lifetime <= Duration::zero()) return;
   lifetime_ = options_.max_lifetime;
+  const Duration half = *lifetime_ / 2;
   const Duration bound =
-      std::clamp(options_.max_lifetime_jitter, Duration::zero(), *lifetime_);
+      std::clamp(options_.max_lifetime_jitter, Duration::zero(), half);
+  if (options_.max_lifetime_jitter > half) {
+    spdlog::warn(
+        "max lifetime jitter {:.3f} s is more than half the max lifetime "
+        "{:.3f} s: capped at {:.3f} s",
+        ToSeconds(options_.max_lifetime_jitter),
+        ToSeconds(options_.max_lifetime), ToSeconds(half));
+  }
   if (bound <= Duration::zero()) return;
   Duration jitter = Duration::zero();
   if (options_.draw_jitter) {
@@ -246,8 +254,8 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
       {"exit_reason", std::string(ExitReasonName(retirement.reason))},
       {"idle_seconds", retirement.idle_seconds},
       {"idle_timeout_seconds", ToSeconds(options_.idle_timeout)},
-      {"max_lifetime_seconds",
-       ToSeconds(lifetime_.value_or(Duration::zero()))}};
+      {"max_lifetime_seconds", ToSeconds(options_.max_lifetime)},
+      {"lifetime_seconds", ToSeconds(lifetime_.value_or(Duration::zero()))}};
   // A Stop call drains with its own grace, logged when the call came in.
   if (retirement.reason != ExitReason::kStopRpc) {
     fields.push_back({"grace_seconds", ToSeconds(retirement.grace)});

@@ -69,9 +69,9 @@ struct RetirementOptions {
   // Staggered lifetimes: the effective lifetime is max_lifetime minus an
   // amount drawn uniformly from [0, max_lifetime_jitter] once, when Run
   // starts, and logged, so that a fleet started by one burst does not
-  // retire in the same minute. Zero: exactly max_lifetime. Must be in
-  // [0, max_lifetime] (config enforces it; larger is treated as
-  // max_lifetime).
+  // retire in the same minute. Zero: exactly max_lifetime. More than half
+  // the max lifetime is capped at half, with a warning (a template default
+  // left as it is when the lifetime is lowered must not stop the worker).
   Duration max_lifetime_jitter =
       ToDuration(Seconds(kDefaultMaxLifetimeJitterSeconds));
   // Draws the amount from [0, max]; empty: uniform, from absl::BitGen.

@@ -225,13 +225,14 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
 }
 
 absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(
-    Duration timeout) {
+    Duration timeout, const std::string& service) {
   grpc::ClientContext context;
   auto stubs = impl_->Begin(timeout, "health", context);
   if (!stubs.ok()) return stubs.status();
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
   grpc::health::v1::HealthCheckResponse reply;
-  grpc::Status status = (*stubs)->health->Check(
-      &context, grpc::health::v1::HealthCheckRequest(), &reply);
+  grpc::Status status = (*stubs)->health->Check(&context, request, &reply);
   if (!status.ok()) return wire::FromGrpc(status);
   switch (reply.status()) {
     case grpc::health::v1::HealthCheckResponse::SERVING:

@@ -6,7 +6,6 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -212,13 +211,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   int port = 0;
   builder.AddListeningPort(options.address,
                            wire::ServerCredentials(options.credentials), &port);
+  int unix_port = 0;  // gRPC reports 1 once bound
   if (!options.unix_socket.empty()) {
     absl::StatusOr<UnixSocketFile> file =
         UnixSocketFile::Claim(options.unix_socket);
     if (!file.ok()) return file.status();
-    impl->unix_socket = *std::move(file);
-    int unix_port = 0;  // gRPC reports 1 once bound
-    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket),
+    impl->unix_socket.emplace(*std::move(file));
+    builder.AddListeningPort(impl->unix_socket->bind_target(),
                              grpc::InsecureServerCredentials(), &unix_port);
   }
   builder.RegisterService(&impl->service);
@@ -254,22 +253,24 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   grpc::ResourceQuota quota("cfdb-worker");
   quota.Resize(limits.memory_quota_bytes);
   builder.SetResourceQuota(quota);
-  {
-    // The socket file is born owner-only; no other thread creates files
-    // while the server starts.
-    const mode_t umask_before = umask(S_IRWXG | S_IRWXO | S_IXUSR);
-    impl->server = builder.BuildAndStart();
-    umask(umask_before);
+  impl->server = builder.BuildAndStart();
+  if (impl->server != nullptr && impl->unix_socket && unix_port == 0) {
+    impl->server->Shutdown(std::chrono::system_clock::now());
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on unix:", options.unix_socket,
+                     ": gRPC could not bind a socket in its directory"));
   }
   if (impl->server == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.address, ": ",
-                     WhyNotListening(options.address)));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.address,
+        impl->unix_socket ? absl::StrCat(" and unix:", options.unix_socket)
+                          : "",
+        ": ", WhyNotListening(options.address)));
   }
   if (impl->unix_socket) {
-    if (absl::Status s = impl->unix_socket->Bound(); !s.ok()) {
+    if (absl::Status s = impl->unix_socket->Publish(); !s.ok()) {
       impl->server->Shutdown(std::chrono::system_clock::now());
-      return absl::UnavailableError(s.message());
+      return s;
     }
   }
   // From the moment a drain begins the worker takes no new work.

@@ -108,6 +108,15 @@ TEST(CliTest, HealthExitsZeroOnlyWhenServing) {
   CollectingJob health(Command({"health", "--address", address}));
   EXPECT_EQ(RunExec(health), JobOutcome::Exited(0));
   EXPECT_EQ(health.out(), "SERVING\n");
+  // gRPC's health convention: by service name too, NOT_FOUND for others.
+  CollectingJob by_name(Command(
+      {"health", "--address", address, "--service", "cfdb.worker.v1.Worker"}));
+  EXPECT_EQ(RunExec(by_name), JobOutcome::Exited(0)) << by_name.err();
+  EXPECT_EQ(by_name.out(), "SERVING\n");
+  CollectingJob unknown(Command(
+      {"health", "--address", address, "--service", "no.such.Service"}));
+  EXPECT_EQ(RunExec(unknown), JobOutcome::Exited(76));
+  EXPECT_THAT(unknown.err(), HasSubstr("NOT_FOUND"));
   CollectingJob stop(Command({"stop", "--address", address}));
   ASSERT_EQ(RunExec(stop), JobOutcome::Exited(0));
   daemon.Wait();
@@ -161,7 +170,8 @@ TEST(CliTest, TheLifetimeJitterIsLoggedAndKept) {
       EXPECT_EQ(json["max_lifetime_seconds"].get<double>(), 4.0);
     }
     if (json.value("exit_reason", "") == "max lifetime") {
-      retired_at = json["max_lifetime_seconds"].get<double>();
+      retired_at = json["lifetime_seconds"].get<double>();
+      EXPECT_EQ(json["max_lifetime_seconds"].get<double>(), 4.0);
     }
   }
   ASSERT_TRUE(drawn && lifetime && retired_at) << daemon.log();

@@ -187,18 +187,23 @@ TEST_F(RetirementTest, ZeroJitterIsExactlyTheMaxLifetime) {
   EXPECT_THAT(log_.str(), Not(HasSubstr("jitter")));
 }
 
-TEST_F(RetirementTest, JitterIsBoundedByTheLifetime) {
+// A jitter over half the lifetime (a template default left as it was when
+// the lifetime was lowered) is capped at half, with a warning, never a
+// worker that retires at once or refuses to start.
+TEST_F(RetirementTest, JitterIsCappedAtHalfTheLifetime) {
   options_.max_lifetime = seconds(120);
   options_.max_lifetime_jitter = hours(1);
   Duration bound{};
   options_.draw_jitter = [&](Duration max) {
     bound = max;
-    return hours(2);  // out of range
+    return hours(2);  // out of range: clamped too
   };
   Script({0.0});
   EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
-  EXPECT_EQ(bound, seconds(120));
-  EXPECT_EQ(clock_.Now() - start_, Duration::zero());
+  EXPECT_EQ(bound, seconds(60));
+  EXPECT_EQ(clock_.Now() - start_, seconds(60));
+  EXPECT_THAT(log_.str(), HasSubstr("capped at 60.000 s"));
+  EXPECT_EQ(CountLines("warning"), 1);
 }
 
 TEST_F(RetirementTest, ExitsOnTheFirstPollOverTheThresholdWithTheDrainGrace) {

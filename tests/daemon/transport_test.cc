@@ -227,6 +227,13 @@ TEST(UnixSocketTest, IsOwnerOnlyAndAStaleFileIsReplaced) {
   EXPECT_EQ(st.st_uid, geteuid());
   auto connection = WorkerConnection::Open("unix:" + path);
   EXPECT_TRUE((*connection)->IdleTime(seconds(5)).ok());
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           std::filesystem::path(path).parent_path())) {
+    names.push_back(entry.path().filename());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"w.sock"})
+      << "bound in a private directory, moved into place, nothing left";
 }
 
 // A second worker on the socket of a live one is refused and leaves it be.

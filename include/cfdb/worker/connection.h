@@ -87,9 +87,13 @@ class WorkerConnection final {
   // ServingStatus is the worker's answer to gRPC's standard health check.
   enum class ServingStatus { kUnknown, kServing, kNotServing };
 
-  // Health calls grpc.health.v1.Health/Check for the whole server with a
-  // deadline of `timeout` (positive; INVALID_ARGUMENT otherwise).
-  absl::StatusOr<ServingStatus> Health(Duration timeout);
+  // Health calls grpc.health.v1.Health/Check for `service` (empty: the
+  // whole server; the worker also answers for "cfdb.worker.v1.Worker") with
+  // a deadline of `timeout` (positive; INVALID_ARGUMENT otherwise).
+  // NOT_FOUND for a service the server does not know (gRPC's
+  // doc/health-checking.md).
+  absl::StatusOr<ServingStatus> Health(Duration timeout,
+                                       const std::string& service = "");
 
   // Close releases this connection's hold on the pooled channel (calls in
   // progress finish first). Later calls, and a second Close, fail with
