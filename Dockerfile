@@ -8,7 +8,9 @@ RUN apt-get update -qq \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN make build CMAKE_FLAGS=-DCFDB_BUILD_TESTS=OFF
+# Only what building takes (no test packages), and a Release binary: no
+# debug info in the runtime layer.
+RUN make build BUILD_TYPE=Release CMAKE_FLAGS=-DCFDB_BUILD_TESTS=OFF
 
 FROM debian:bookworm-slim
 # The shared libraries `ldd build/cfdb-worker` lists, as bookworm packages

@@ -16,7 +16,8 @@ include cmake/checks.mk
 all: build
 
 deps:
-	@CFDB_NPM=$(TESTS) scripts/install-deps.sh
+	@CFDB_NPM=$(TESTS) CFDB_DEPS=$(if $(filter OFF,$(TESTS)),build,all) \
+	  scripts/install-deps.sh
 	@[ "$(TESTS)" = OFF ] || scripts/fetch-npm.sh $(BUILD)/cfnspec @aws-cdk/cfnspec@2.72.1
 	@[ "$(TESTS)" = OFF ] || scripts/fetch-npm.sh $(BUILD)/node @grpc/grpc-js@1.14.7 @grpc/proto-loader@0.8.1
 

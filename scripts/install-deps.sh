@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs, if any is missing.
+# CFDB_DEPS=build: only what building the daemon takes (the image's build
+# stage, a build without tests); otherwise (all) the tests', benchmarks' and
+# checks' packages too.
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libssl-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev
-  libyaml-cpp-dev nlohmann-json3-dev libbenchmark-dev python3 libcap-dev
-  clang libclang-rt-14-dev clang-format clang-tidy faketime python3-h2
-  python3-grpcio python3-grpc-tools python3-setuptools
+  libabsl-dev libssl-dev libspdlog-dev libcli11-dev nlohmann-json3-dev
+  libcap-dev
 )
+if [ "${CFDB_DEPS:-all}" != build ]; then
+  packages+=(
+    libgtest-dev libgmock-dev libyaml-cpp-dev libbenchmark-dev python3
+    clang libclang-rt-14-dev clang-format clang-tidy faketime python3-h2
+    python3-grpcio python3-grpc-tools python3-setuptools openssl
+  )
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
