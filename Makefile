@@ -12,6 +12,7 @@ TESTS := $(if $(findstring CFDB_BUILD_TESTS=OFF,$(CMAKE_FLAGS)),OFF,ON)
 .PHONY: all deps configure build run test bench clean
 
 include cmake/checks.mk
+include cmake/image.mk
 
 all: build
 

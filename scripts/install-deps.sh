@@ -8,13 +8,14 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev libspdlog-dev libcli11-dev nlohmann-json3-dev
-  libcap-dev
+  libcap-dev libcurl4-openssl-dev
 )
 if [ "${CFDB_DEPS:-all}" != build ]; then
   packages+=(
     libgtest-dev libgmock-dev libyaml-cpp-dev libbenchmark-dev python3
     clang libclang-rt-14-dev clang-format clang-tidy faketime python3-h2
     python3-grpcio python3-grpc-tools python3-setuptools openssl
+    python3-jsonschema
   )
 fi
 missing=()

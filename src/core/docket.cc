@@ -13,13 +13,18 @@ Docket::Docket(const Clock& clock, std::size_t capacity)
 }
 
 absl::Status Docket::Admit(Cancellable* job) {
-  absl::MutexLock lock(&mu_);
-  if (closed_) return absl::UnavailableError("worker is stopping");
-  if (jobs_.size() >= capacity_) {
-    return absl::ResourceExhaustedError(
-        "docket full: max_concurrent_tasks jobs are in flight");
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::UnavailableError("worker is stopping");
+    if (jobs_.size() >= capacity_) {
+      return absl::ResourceExhaustedError(
+          "docket full: max_concurrent_tasks jobs are in flight");
+    }
+    jobs_.insert(job);
+    first = jobs_.size() == 1;
   }
-  jobs_.insert(job);
+  if (first && on_edge_) on_edge_();
   return absl::OkStatus();
 }
 
@@ -30,7 +35,12 @@ bool Docket::Release(Cancellable* job) {
     empty_since_ = clock_.Now();
   }
   emptied_.SignalAll();
+  if (on_edge_) on_edge_();
   return true;
+}
+
+void Docket::OnEdge(std::function<void()> listener) {
+  on_edge_ = std::move(listener);
 }
 
 Duration Docket::Idle() const {

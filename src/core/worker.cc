@@ -104,13 +104,14 @@ absl::Status Worker::Dispatch(const std::shared_ptr<Job>& job) {
   }
   const JobHandler* handler = &kinds_.find(job->request().kind)->second.run;
   if (absl::Status s = docket_.Admit(job.get()); !s.ok()) return s;
+  ++jobs_started_;
   job->OnAccepted();
 
   if (!threads_->Post([this, job, handler] { Run(job, handler); })) {
     // Accepted already: report the failure rather than dropping the job.
-    job->OnOutcome(JobOutcome::Failed(JobOutcome::Failure::kStartFailed,
-                                      "no thread to run the job on"));
-    ReleaseJob(job.get());
+    ++jobs_failed_;
+    EndJob(job, JobOutcome::Failed(JobOutcome::Failure::kStartFailed,
+                                   "no thread to run the job on"));
   }
   return absl::OkStatus();
 }
@@ -133,8 +134,38 @@ void Worker::Run(const std::shared_ptr<Job>& job, const JobHandler* handler) {
                         : outcome.kind == JobOutcome::Kind::kSignaled
                             ? std::string("SIGNALED")
                             : std::string("EXITED")}});
-  job->OnOutcome(outcome);
+  const bool cancelled = outcome.kind == JobOutcome::Kind::kFailed &&
+                         outcome.failure == JobOutcome::Failure::kCancelled;
+  const bool succeeded =
+      outcome.kind == JobOutcome::Kind::kExited && outcome.code == 0;
+  ++(cancelled ? jobs_cancelled_ : succeeded ? jobs_succeeded_ : jobs_failed_);
+  EndJob(job, outcome);
+}
+
+void Worker::EndJob(const std::shared_ptr<Job>& job,
+                    const JobOutcome& outcome) {
+  // The job leaves the docket before its end is told, so that a client
+  // that has its outcome finds the slot free and the idle clock running;
+  // the drain still waits for the telling (`telling_`), so that whoever
+  // waits for the drain finds every outcome told.
+  {
+    absl::MutexLock lock(&mu_);
+    ++telling_;
+  }
   ReleaseJob(job.get());
+  job->OnOutcome(outcome);
+  {
+    absl::MutexLock lock(&mu_);
+    --telling_;
+  }
+  changed_.SignalAll();
+}
+
+JobCounts Worker::counts() const {
+  return {.started = jobs_started_.load(),
+          .succeeded = jobs_succeeded_.load(),
+          .failed = jobs_failed_.load(),
+          .cancelled = jobs_cancelled_.load()};
 }
 
 void Worker::ReleaseJob(Job* job) {
@@ -195,14 +226,18 @@ void Worker::Drain() {
     mu_.Await(absl::Condition(
         +[](StopRequests* r) { return !r->empty(); }, &requests_));
     bool cancelled_all = false;
-    while (docket_.in_flight() > 0) {
+    while (docket_.in_flight() > 0 || telling_ > 0) {
+      const bool running = docket_.in_flight() > 0;
       const TimePoint deadline = requests_.deadline();
-      if (!cancelled_all && std::chrono::steady_clock::now() >= deadline) {
+      if (running && !cancelled_all &&
+          std::chrono::steady_clock::now() >= deadline) {
         cancelled_all = true;
         cancelled_ = docket_.CancelAll();
         continue;
       }
-      changed_.WaitUntil(mu_, cancelled_all ? TimePoint::max() : deadline);
+      // Only outcomes being told: no deadline applies to that.
+      changed_.WaitUntil(
+          mu_, cancelled_all || !running ? TimePoint::max() : deadline);
     }
     drained_ = true;
     drained_at_ = std::chrono::steady_clock::now();

@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/address.h"
+#include "daemon/metrics.h"
+#include "daemon/scale_in.h"
 #include "rpc/unix_socket.h"
 
 namespace cfdb::worker {
@@ -39,6 +41,27 @@ const Knob kWoolCompat{
     "also serve idle and stop as wool.runtime.protobuf.wire.Worker, for the "
     "Python worker library's fleet tooling",
     true};
+const Knob kEcsScaleInProtection{
+    "--ecs-scale-in-protection",
+    "CFDB_WORKER_ECS_SCALE_IN_PROTECTION",
+    "false",
+    "",
+    "protect the ECS task from scale-in while a job is in flight (needs "
+    "ECS_AGENT_URI; for tasks of a service with auto scaling)",
+    true};
+const Knob kEcsProtectionExpiresMinutes{
+    "--ecs-protection-expires-minutes",
+    "CFDB_WORKER_ECS_PROTECTION_EXPIRES_MINUTES",
+    absl::StrCat(kDefaultProtectionExpiresMinutes), "MINUTES",
+    "each protection's expiry, renewed at half of it while busy, 1..2880"};
+const Knob kMetricsInterval{
+    "--metrics-interval-seconds", "CFDB_WORKER_METRICS_INTERVAL_SECONDS",
+    Fallback(kDefaultMetricsIntervalSeconds), "SECONDS",
+    "with --log-format json, one CloudWatch EMF metrics line this often, "
+    ">= 0 (0: none)"};
+const Knob kMetricsService{
+    "--metrics-service", "CFDB_WORKER_METRICS_SERVICE", "cfdb-worker", "NAME",
+    "the metrics' Service dimension (e.g. the stack's name)"};
 const Knob kIdleTimeout{
     "--idle-timeout-seconds", "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
     Fallback(kDefaultIdleTimeoutSeconds), "SECONDS",
@@ -389,6 +412,10 @@ std::span<const Knob* const> ServeKnobs() {
                                      &kPort,
                                      &kUds,
                                      &kWoolCompat,
+                                     &kEcsScaleInProtection,
+                                     &kEcsProtectionExpiresMinutes,
+                                     &kMetricsInterval,
+                                     &kMetricsService,
                                      &kIdleTimeout,
                                      &kIdlePollInterval,
                                      &kIdlePollDeadline,
@@ -519,6 +546,14 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
     c.unix_socket = uds.text;
   }
   CFDB_ASSIGN(c.wool_compat, r.Switch(knob::kWoolCompat));
+  CFDB_ASSIGN(c.scale_in.enabled, r.Switch(knob::kEcsScaleInProtection));
+  int64_t expires = 0;
+  CFDB_ASSIGN(expires, r.Integer(knob::kEcsProtectionExpiresMinutes, 1,
+                                 kMaxProtectionExpiresMinutes));
+  c.scale_in.expires = std::chrono::minutes(expires);
+  c.scale_in.agent_uri = env("ECS_AGENT_URI").value_or("");
+  CFDB_ASSIGN(c.metrics_interval, r.Seconds(knob::kMetricsInterval, false));
+  CFDB_ASSIGN(c.metrics_service, r.NonEmpty(knob::kMetricsService));
   if (absl::Status s = ResolveRetirement(r, c.retirement); !s.ok()) return s;
   if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;
   if (absl::Status s = ResolveLogging(r, c); !s.ok()) return s;

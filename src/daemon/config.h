@@ -39,11 +39,13 @@ struct Knob {
 // The knobs, one object each, so that a knob that does not exist cannot be
 // named.
 namespace knob {
-extern const Knob kHost, kPort, kUds, kWoolCompat, kIdleTimeout,
-    kIdlePollInterval, kIdlePollDeadline, kIdlePollFailureLimit, kMaxLifetime,
-    kMaxLifetimeJitter, kMaxLifetimeGrace, kSignalGrace, kMaxConcurrentTasks,
-    kTaskKillGrace, kJobNice, kLogLevel, kLogFormat, kAllowInsecure, kJobUser,
-    kWorkerUser, kJobNproc, kJobContainment, kTlsAdmitControl, kTlsAdmitObserve;
+extern const Knob kHost, kPort, kUds, kWoolCompat, kEcsScaleInProtection,
+    kEcsProtectionExpiresMinutes, kMetricsInterval, kMetricsService,
+    kIdleTimeout, kIdlePollInterval, kIdlePollDeadline, kIdlePollFailureLimit,
+    kMaxLifetime, kMaxLifetimeJitter, kMaxLifetimeGrace, kSignalGrace,
+    kMaxConcurrentTasks, kTaskKillGrace, kJobNice, kLogLevel, kLogFormat,
+    kAllowInsecure, kJobUser, kWorkerUser, kJobNproc, kJobContainment,
+    kTlsAdmitControl, kTlsAdmitObserve;
 extern const Knob kTlsCa, kTlsCert, kTlsKey, kTlsCaEnv, kTlsCertEnv, kTlsKeyEnv,
     kTlsIdentity, kTlsRefreshInterval, kTlsCrlDir;
 extern const Knob kAddress, kAttempts;
@@ -71,6 +73,15 @@ struct ServeConfig {
   std::string unix_socket;  // also listen here (ServerOptions::unix_socket)
   // Also serve wool.runtime.protobuf.wire.Worker's idle and stop.
   bool wool_compat = false;
+  // Busy-aware ECS scale-in protection (daemon/scale_in.h).
+  struct ScaleIn {
+    bool enabled = false;
+    Duration expires = std::chrono::minutes(120);
+    std::string agent_uri;  // $ECS_AGENT_URI; empty: not on ECS
+  } scale_in;
+  // EMF metrics (daemon/metrics.h), with JSON logs; zero: none.
+  Duration metrics_interval = std::chrono::seconds(60);
+  std::string metrics_service = "cfdb-worker";
   RetirementOptions retirement;
   WorkerOptions worker;
   std::string log_level = "info";

@@ -101,7 +101,20 @@ void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
            {{"source", "protobuf"}, {"file", file}, {"line", line}});
 }
 
+// The raw logger writes lines as they are, to stderr like the default
+// logger; set with JSON logs only.
+std::shared_ptr<spdlog::logger>& RawLogger() {
+  static std::shared_ptr<spdlog::logger> raw;
+  return raw;
+}
+
 }  // namespace
+
+void WriteJsonLogLine(const std::string& line) {
+  if (const auto& raw = RawLogger()) raw->info(line);
+}
+
+bool JsonLogs() { return RawLogger() != nullptr; }
 
 absl::Status SetUpLogging(std::string_view level, LogFormat format) {
   const spdlog::level::level_enum parsed =
@@ -113,6 +126,13 @@ absl::Status SetUpLogging(std::string_view level, LogFormat format) {
   auto logger = spdlog::stderr_logger_mt("cfdb-worker");
   if (format == LogFormat::kJson) {
     logger->set_formatter(std::make_unique<JsonFormatter>());
+    // A sink of its own (a sink holds its formatter); each line is one
+    // fwrite of stderr, which stdio never interleaves with another.
+    auto raw = std::make_shared<spdlog::logger>(
+        "cfdb-worker-raw",
+        std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    raw->set_pattern("%v");
+    RawLogger() = std::move(raw);
   } else {
     logger->set_formatter(std::make_unique<TextFormatter>());
   }

@@ -7,6 +7,7 @@
 //          "reason":"idle","idle_seconds":612.5}
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -20,5 +21,12 @@ enum class LogFormat { kText, kJson };
 // own log lines into it: its errors as errors, its INFO lines at debug (they
 // are internals: "grpc epoll fd: 5", ...). Call once, early, from main.
 absl::Status SetUpLogging(std::string_view level, LogFormat format);
+
+// WriteJsonLogLine writes `line`, a whole JSON object, as one line of the
+// JSON log, whatever the log level (e.g. an EMF metrics line). Does nothing
+// with text logs. Thread-safe.
+void WriteJsonLogLine(const std::string& line);
+// JsonLogs says whether the log is JSON (SetUpLogging with kJson).
+bool JsonLogs();
 
 }  // namespace cfdb::worker

@@ -77,6 +77,7 @@ RetirementPolicy::Poll RetirementPolicy::PollOnce(TimePoint now,
 
 void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status,
                                   bool fresh) {
+  ++poll_failures_;
   const ErrorKind kind = ClassifyError(Rpc::kIdle, status);
   const std::string what = absl::StrCat(fresh ? "on a fresh connection: " : "",
                                         std::string(ErrorKindName(kind)), " (",

@@ -18,6 +18,8 @@
 // already, and the drains compose in the worker (drain.h).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -146,6 +148,10 @@ class RetirementPolicy {
   // max-lifetime or listener-lost retirement and returns the reason.
   Retirement Run();
 
+  // poll_failures returns the failed idle polls since Run started.
+  // Thread-safe.
+  uint64_t poll_failures() const { return poll_failures_.load(); }
+
   // lifetime_end returns when the effective lifetime (max lifetime less
   // the jitter drawn) ends (TimePoint::max() when it is disabled); valid
   // once Run has started.
@@ -177,6 +183,7 @@ class RetirementPolicy {
   int consecutive_failures_ = 0;
   int polls_ = 0;
   int fresh_failures_ = 0;  // fresh dials failed in a row
+  std::atomic<uint64_t> poll_failures_{0};
   double last_idle_seconds_ = 0;
 };
 

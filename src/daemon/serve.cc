@@ -20,8 +20,11 @@
 #include "daemon/commands.h"
 #include "daemon/config.h"
 #include "daemon/identity.h"
+#include "daemon/logging.h"
 #include "daemon/memory_trim.h"
+#include "daemon/metrics.h"
 #include "daemon/retirement.h"
+#include "daemon/scale_in.h"
 #include "daemon/self_poll.h"
 #include "exec/job_guard.h"
 #include "spdlog/spdlog.h"
@@ -114,6 +117,51 @@ void LogDrain(const DrainReport& report) {
             {"deadline_source", report.deadline_source}});
 }
 
+// StartScaleInProtection starts the ECS scale-in protection if it is on
+// and the ECS agent can be reached; says so, or why not, once.
+std::unique_ptr<ScaleInProtection> StartScaleInProtection(
+    const ServeConfig::ScaleIn& scale_in) {
+  if (!scale_in.enabled) return nullptr;
+  if (scale_in.agent_uri.empty()) {
+    spdlog::warn(
+        "--ecs-scale-in-protection: ECS_AGENT_URI is not set (not on ECS, or "
+        "an agent too old for task protection): carrying on without "
+        "scale-in protection");
+    return nullptr;
+  }
+  auto protection = std::make_unique<ScaleInProtection>(
+      scale_in.expires, CurlAgentClient(scale_in.agent_uri, kAgentCallTimeout));
+  spdlog::info(
+      "scale-in protection: on; enabled while a job is in flight, for {} min "
+      "at a time, renewed at half of that",
+      std::chrono::duration_cast<std::chrono::minutes>(scale_in.expires)
+          .count());
+  return protection;
+}
+
+// StartMetrics starts the EMF metrics if they are on (an interval, and JSON
+// logs to carry them).
+std::unique_ptr<MetricsReporter> StartMetrics(const ServeConfig& config,
+                                              const Worker& worker,
+                                              const RetirementPolicy& policy) {
+  if (config.metrics_interval <= Duration::zero()) return nullptr;
+  if (!JsonLogs()) {
+    spdlog::info(
+        "metrics: off, as they are EMF lines of a JSON log "
+        "(--log-format json)");
+    return nullptr;
+  }
+  return std::make_unique<MetricsReporter>(
+      config.metrics_interval, config.metrics_service,
+      [&worker, &policy] {
+        return MetricsSnapshot{.in_flight = worker.docket().in_flight(),
+                               .jobs = worker.counts(),
+                               .idle_seconds = ToSeconds(worker.Idle()),
+                               .poll_failures = policy.poll_failures()};
+      },
+      &WriteJsonLogLine);
+}
+
 }  // namespace
 
 int RunServe(const ServeConfig& config) {
@@ -180,9 +228,18 @@ int RunServe(const ServeConfig& config) {
     credentials = mirror->credentials();
   }
   spdlog::info("{}", (*containment)->Describe());
+  // Declared before the worker, whose docket tells it of edges until the
+  // worker is gone.
+  std::unique_ptr<ScaleInProtection> protection =
+      StartScaleInProtection(config.scale_in);
   // `shutdown` is declared after the worker so its signal thread, which
   // calls the worker, is joined before the worker goes away.
   Worker worker(config.worker);
+  if (protection != nullptr) {
+    worker.OnBusyEdge([&worker, p = protection.get()] {
+      p->Changed([&worker] { return worker.docket().in_flight() > 0; });
+    });
+  }
   Shutdown shutdown;
   absl::Status listening = shutdown.ListenForSignals(
       [&worker, grace = config.retirement.signal_grace](int signo, int count) {
@@ -247,9 +304,16 @@ int RunServe(const ServeConfig& config) {
                           [&worker](StopRequest request) {
                             worker.RequestStop(std::move(request));
                           });
+  const TimePoint started = std::chrono::steady_clock::now();
+  std::unique_ptr<MetricsReporter> metrics =
+      StartMetrics(config, worker, policy);
   const Retirement retirement = policy.Run();
   LogDrain(AwaitDrain(worker, policy, retirement,
                       config.retirement.max_lifetime_grace));
+  if (metrics != nullptr) {
+    metrics->Retire(ExitReasonName(retirement.reason),
+                    ToSeconds(std::chrono::steady_clock::now() - started));
+  }
   // gRPC's own shutdown can stall (seen when jobs had used up the process
   // budget); past its bound the daemon exits anyway, saying so.
   struct sigaction stalled {};

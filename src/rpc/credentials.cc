@@ -133,7 +133,7 @@ std::string Credentials::Key() const {
   if (kind == Kind::kInsecure) return "insecure";
   return absl::StrCat("mtls\n", ca_file, "\n", cert_file, "\n", key_file, "\n",
                       identity, "\n", refresh_interval.count(), "\n",
-                      crl_directory);
+                      crl_directory, "\n", ca_pem, cert_pem, key_pem);
 }
 
 absl::StatusOr<PemSet> ReadPemSet(const TlsSettings& settings) {
@@ -201,6 +201,13 @@ absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {
   credentials.ca_file = settings.ca.path;
   credentials.cert_file = settings.cert.path;
   credentials.key_file = settings.key.path;
+  if (!settings.ca.pem.empty() || !settings.cert.pem.empty() ||
+      !settings.key.pem.empty()) {
+    // gRPC's file watcher has no file for an inline PEM: all three as data.
+    credentials.ca_pem = pems->ca;
+    credentials.cert_pem = pems->cert;
+    credentials.key_pem = pems->key;
+  }
   credentials.identity = settings.identity;
   credentials.refresh_interval = settings.refresh_interval;
   credentials.crl_directory = settings.crl_directory;

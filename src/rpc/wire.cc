@@ -139,6 +139,13 @@ namespace {
 // them every refresh interval (gRPC's FileWatcherCertificateProvider).
 std::shared_ptr<grpc::experimental::CertificateProviderInterface>
 CertificateProvider(const Credentials& credentials) {
+  if (!credentials.key_pem.empty()) {
+    return std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+        credentials.ca_pem,
+        std::vector<grpc::experimental::IdentityKeyCertPair>{
+            {.private_key = credentials.key_pem,
+             .certificate_chain = credentials.cert_pem}});
+  }
   const auto refresh = std::chrono::duration_cast<std::chrono::seconds>(
       credentials.refresh_interval);
   return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(

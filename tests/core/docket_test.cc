@@ -42,6 +42,22 @@ TEST_F(DocketTest, IdleStaysZeroUntilTheLastJobLeavesThenAccrues) {
   EXPECT_EQ(docket_.Idle(), seconds(2));
 }
 
+// Overlapping jobs make one busy edge and one empty edge; refused admits
+// make none.
+TEST_F(DocketTest, EdgesAreReportedOncePerEdgeNotPerJob) {
+  std::vector<std::size_t> seen;  // in_flight() at each edge
+  docket_.OnEdge([&] { seen.push_back(docket_.in_flight()); });
+  std::vector<FakeJob> jobs(3);
+  for (FakeJob& job : jobs) ASSERT_TRUE(docket_.Admit(&job).ok());
+  FakeJob extra;
+  EXPECT_FALSE(docket_.Admit(&extra).ok()) << "full";
+  for (FakeJob& job : jobs) docket_.Release(&job);
+  EXPECT_EQ(seen, (std::vector<std::size_t>{1, 0}));
+  ASSERT_TRUE(docket_.Admit(&jobs[0]).ok());
+  docket_.Release(&jobs[0]);
+  EXPECT_EQ(seen, (std::vector<std::size_t>{1, 0, 1, 0}));
+}
+
 TEST_F(DocketTest, ReadingIdleNeverMovesTheTimestamp) {
   clock_.Advance(seconds(3));
   for (int i = 0; i < 5; ++i) EXPECT_EQ(docket_.Idle(), seconds(3));

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/test_job.h"
+#include "support/wait_for.h"
 
 namespace cfdb::worker {
 namespace {
@@ -160,6 +161,43 @@ class WorkerDrainTest : public ::testing::Test {
   Worker worker_{WorkerOptions{.max_concurrent_tasks = 4}};
 };
 
+// Whoever hears of a job's end finds its slot free (a client dispatching
+// to a one-slot worker right after is not told the docket is full); the
+// counts say how each job ended.
+TEST_F(WorkerDrainTest, AJobLeavesTheDocketBeforeItsEndIsToldAndIsCounted) {
+  struct Probe final : Job {
+    Probe(JobRequest request, const Worker& worker)
+        : Job(std::move(request), seconds(5)), worker(worker) {}
+    void OnAccepted() override {}
+    EmitResult Emit(OutputStream, std::string_view, TimePoint) override {
+      return EmitResult::kSent;
+    }
+    void OnOutcome(const JobOutcome&) override {
+      in_flight_at_end = worker.docket().in_flight();
+      told.Notify();
+    }
+    const Worker& worker;
+    std::atomic<std::size_t> in_flight_at_end{99};
+    absl::Notification told;
+  };
+  JobRequest request;
+  request.job_id = "probe";
+  request.kind = "gate";
+  auto probe = std::make_shared<Probe>(request, worker_);
+  ASSERT_TRUE(worker_.Dispatch(probe).ok());
+  release_.Notify();
+  probe->told.WaitForNotification();
+  EXPECT_EQ(probe->in_flight_at_end, 0u);
+  std::shared_ptr<CollectingJob> finished = Dispatch();
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return finished->outcome().has_value(); }));
+  const JobCounts counts = worker_.counts();
+  EXPECT_EQ(counts.started, 2u);
+  EXPECT_EQ(counts.succeeded, 2u);
+  EXPECT_EQ(counts.failed, 0u);
+  EXPECT_EQ(counts.cancelled, 0u);
+}
+
 TEST_F(WorkerDrainTest, ALaterShorterRequestCancelsALongDrain) {
   std::shared_ptr<CollectingJob> job = Dispatch();
   worker_.RequestStop({.source = "max lifetime", .grace = hours(6)});
@@ -180,6 +218,8 @@ TEST_F(WorkerDrainTest, ALaterShorterRequestCancelsALongDrain) {
   EXPECT_LT(report.took, seconds(30));
   ASSERT_TRUE(job->outcome().has_value());
   EXPECT_EQ(job->outcome()->failure, JobOutcome::Failure::kCancelled);
+  EXPECT_EQ(worker_.counts().cancelled, 1u);
+  EXPECT_EQ(worker_.counts().started, 1u);
 }
 
 TEST_F(WorkerDrainTest, ALaterLongerRequestChangesNothing) {

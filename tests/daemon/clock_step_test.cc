@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
+#include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
@@ -94,9 +95,9 @@ double WallSeconds(const std::string& log, const std::string& text) {
 
 // CpuSeconds returns the user + system time `pid` has used.
 double CpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
+  const std::string stat =
+      testing::ProcFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (stat.find(')') == std::string::npos) return -1;
   std::istringstream rest(stat.substr(stat.rfind(')') + 2));
   std::string field;
   for (int i = 3; i < 14; ++i) rest >> field;  // state .. cmajflt

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "daemon/metrics.h"
 #include "daemon/retirement.h"
+#include "daemon/scale_in.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -437,6 +439,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ReapingKnob{"WorkerMaxLifetimeJitterSeconds",
                                   "CFDB_WORKER_MAX_LIFETIME_JITTER_SECONDS",
                                   kDefaultMaxLifetimeJitterSeconds},
+                      ReapingKnob{"WorkerMetricsIntervalSeconds",
+                                  "CFDB_WORKER_METRICS_INTERVAL_SECONDS",
+                                  kDefaultMetricsIntervalSeconds},
+                      ReapingKnob{"WorkerEcsProtectionExpiresMinutes",
+                                  "CFDB_WORKER_ECS_PROTECTION_EXPIRES_MINUTES",
+                                  kDefaultProtectionExpiresMinutes},
                       ReapingKnob{"WorkerMaxLifetimeGraceSeconds",
                                   "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
                                   kDefaultMaxLifetimeGraceSeconds}),
@@ -564,7 +572,8 @@ TEST_F(CloudFormationTest, EveryParameterIsUsed) {
 
 TEST_F(CloudFormationTest, NumericParametersStateUnitAndRange) {
   static const std::regex kUnit(
-      R"(\b(seconds|MiB|CPU units|days|TCP port|jobs)\b)", std::regex::icase);
+      R"(\b(seconds|minutes|MiB|CPU units|days|TCP port|jobs)\b)",
+      std::regex::icase);
   static const std::regex kRange(R"([0-9]+\.\.[0-9]+|>=|<=|any number)");
   for (const auto& entry : template_["Parameters"]) {
     const std::string name = entry.first.Scalar();
@@ -578,6 +587,16 @@ TEST_F(CloudFormationTest, NumericParametersStateUnitAndRange) {
     EXPECT_TRUE(std::regex_search(description, kRange))
         << name << " does not state its range: " << description;
   }
+}
+
+// Scale-in protection is off unless asked for, as in the code.
+TEST_F(CloudFormationTest, ScaleInProtectionIsOffByDefaultAsInTheCode) {
+  const YAML::Node parameter = Parameter("WorkerEcsScaleInProtection");
+  ASSERT_TRUE(parameter);
+  EXPECT_EQ(parameter["Default"].Scalar(), "false");
+  const YAML::Node value = Environment("CFDB_WORKER_ECS_SCALE_IN_PROTECTION");
+  ASSERT_TRUE(value);
+  EXPECT_EQ(value.Scalar(), "WorkerEcsScaleInProtection");
 }
 
 TEST_F(CloudFormationTest, IdleTimeoutDescriptionStatesSizingConstraint) {
@@ -626,8 +645,21 @@ TEST_F(CloudFormationTest, OnlyTheApiReachesTheWorkerPort) {
 
 TEST_F(CloudFormationTest, RolesGrantNoMoreThanNeeded) {
   const YAML::Node task_role = template_["Resources"]["TaskRole"]["Properties"];
-  EXPECT_FALSE(task_role["Policies"]);
   EXPECT_FALSE(task_role["ManagedPolicyArns"]);
+  // Nothing, unless scale-in protection is on: then the two actions the ECS
+  // agent calls for it.
+  const YAML::Node policies = task_role["Policies"];
+  ASSERT_TRUE(policies);
+  ASSERT_EQ(policies.Tag(), "!If");
+  EXPECT_EQ(policies[0].Scalar(), "ScaleInProtection");
+  EXPECT_EQ(policies[2].Tag(), "!Ref");
+  EXPECT_EQ(policies[2].Scalar(), "AWS::NoValue");
+  ASSERT_EQ(policies[1].size(), 1u);
+  const YAML::Node statements = policies[1][0]["PolicyDocument"]["Statement"];
+  ASSERT_EQ(statements.size(), 1u);
+  EXPECT_EQ(statements[0]["Action"].as<std::vector<std::string>>(),
+            (std::vector<std::string>{"ecs:UpdateTaskProtection",
+                                      "ecs:GetTaskProtection"}));
 
   const YAML::Node execution =
       template_["Resources"]["ExecutionRole"]["Properties"];

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
+#include "support/proc_util.h"
 #include "support/test_job.h"
 
 namespace cfdb::worker {
@@ -32,9 +33,7 @@ int ProcessesRunning(const std::string& cmdline) {
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator("/proc", error)) {
-    std::ifstream in(entry.path() / "cmdline");
-    std::string text((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+    const std::string text = testing::ProcFile(entry.path() / "cmdline");
     n += text == cmdline;
   }
   return n;

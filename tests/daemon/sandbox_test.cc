@@ -24,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
+#include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
@@ -132,7 +133,8 @@ TEST_F(SandboxTest, AJobReachesNoSecretAndNotTheWorker) {
 
 // ProcStatus returns a "Name:\tvalue" line's value of /proc/<pid>/status.
 std::string ProcStatus(pid_t pid, const std::string& name) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::istringstream in(
+      testing::ProcFile(absl::StrCat("/proc/", pid, "/status")));
   for (std::string line; std::getline(in, line);) {
     if (line.starts_with(name + ":\t")) return line.substr(name.size() + 2);
   }
@@ -159,9 +161,8 @@ TEST_F(SandboxTest, TheWorkerDropsToItsUserAndKeepsNoPemInItsEnvironment) {
   EXPECT_EQ(ProcStatus(daemon.pid(), "CapEff"), "00000000000000e0")
       << "CAP_KILL, CAP_SETGID and CAP_SETUID only";
   EXPECT_EQ(ProcStatus(daemon.pid(), "CapBnd"), "00000000000000e0");
-  std::ifstream environ(absl::StrCat("/proc/", daemon.pid(), "/environ"));
-  const std::string env((std::istreambuf_iterator<char>(environ)),
-                        std::istreambuf_iterator<char>());
+  const std::string env =
+      testing::ProcFile(absl::StrCat("/proc/", daemon.pid(), "/environ"));
   EXPECT_EQ(env.find("PRIVATE KEY"), std::string::npos) << "the key was wiped";
   auto connection = WorkerConnection::Open(
       absl::StrCat("127.0.0.1:", daemon.port()), pki.Mtls(worker));
@@ -235,13 +236,9 @@ int LiveWith(const std::string& marker) {
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator("/proc", error)) {
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string text((std::istreambuf_iterator<char>(cmdline)),
-                     std::istreambuf_iterator<char>());
+    const std::string text = testing::ProcFile(entry.path() / "cmdline");
     if (text.find(marker) == std::string::npos) continue;
-    std::ifstream status(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(status)),
-                     std::istreambuf_iterator<char>());
+    const std::string stat = testing::ProcFile(entry.path() / "stat");
     const size_t close = stat.rfind(')');
     if (close != std::string::npos && stat.substr(close + 2, 1) != "Z") ++n;
   }

@@ -369,9 +369,7 @@ std::vector<pid_t> LiveProcesses(const std::vector<pid_t>& groups) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+    const std::string stat = testing::ProcFile(entry.path() / "stat");
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(stat.substr(close + 1));

@@ -59,7 +59,8 @@ using testing::WaitFor;
 // BlockedInWrite returns true while `pid` sleeps inside write(2) (syscall 1
 // on x86-64, 64 on arm64), i.e. its output pipe is full.
 bool BlockedInWrite(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/syscall"));
+  std::istringstream in(
+      testing::ProcFile(absl::StrCat("/proc/", pid, "/syscall")));
   long number = -1;
   if (!(in >> number)) return false;
 #if defined(__x86_64__)

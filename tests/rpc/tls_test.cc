@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/connection.h"
@@ -282,6 +283,36 @@ TEST(TlsDaemonTest, UnderTheDefaultListsTheWorkerObservesButDoesNotControl) {
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle for"));
   EXPECT_THAT(daemon.log(), Not(HasSubstr("no admission lists")));
+}
+
+// The ECS way: the PEMs in variables, for the worker and for the client
+// commands its health check runs (which inherit the same variables). A
+// client once aborted in gRPC here (a file watcher with no files).
+TEST(TlsDaemonTest, ClientsTakeThePemsFromVariablesToo) {
+  TestPki pki;
+  const Pem worker =
+      pki.Leaf("worker", {std::string("DNS:") + kIdentity, "IP:127.0.0.1"});
+  const std::map<std::string, std::string> pems = {
+      {"CFDB_WORKER_TLS_CA_PEM", TestPki::ReadFile(pki.ca().cert)},
+      {"CFDB_WORKER_TLS_CERT_PEM", TestPki::ReadFile(worker.cert)},
+      {"CFDB_WORKER_TLS_KEY_PEM", TestPki::ReadFile(worker.key)}};
+  const std::vector<std::string> tls = {
+      "--tls-ca-env",   "CFDB_WORKER_TLS_CA_PEM",
+      "--tls-cert-env", "CFDB_WORKER_TLS_CERT_PEM",
+      "--tls-key-env",  "CFDB_WORKER_TLS_KEY_PEM",
+      "--tls-identity", kIdentity};
+  testing::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                          "--tls-key", worker.key, "--idle-timeout-seconds",
+                          "0"});
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  for (const char* command : {"health", "idle"}) {
+    std::vector<std::string> args = {command, "--address",
+                                     absl::StrCat("127.0.0.1:", daemon.port())};
+    args.insert(args.end(), tls.begin(), tls.end());
+    testing::CollectingJob client(testing::Command(args, pems));
+    EXPECT_EQ(RunExec(client), JobOutcome::Exited(0))
+        << command << ": " << client.err();
+  }
 }
 
 TEST(TlsDaemonTest, KeyOfAnotherCertificateIsRefused) {

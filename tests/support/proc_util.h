@@ -1,10 +1,11 @@
 // Helpers that read /proc in tests.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,10 +16,25 @@
 
 namespace cfdb::worker::testing {
 
+// ProcFile returns the contents of a /proc file, or "" when it cannot be
+// read: the process may end while it is read, and libstdc++'s ifstream
+// throws (whatever its exception mask) when read(2) fails with ESRCH.
+inline std::string ProcFile(const std::filesystem::path& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) {
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
 // StatusNumber returns a number field of /proc/<pid>/status ("Threads",
 // "VmRSS" in KiB), or -1.
 inline int64_t StatusNumber(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::istringstream in(ProcFile(absl::StrCat("/proc/", pid, "/status")));
   for (std::string line; std::getline(in, line);) {
     if (!line.starts_with(absl::StrCat(field, ":"))) continue;
     std::vector<std::string> words =
@@ -37,9 +53,7 @@ inline std::vector<pid_t> Children(pid_t parent) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+    const std::string stat = ProcFile(entry.path() / "stat");
     // pid (comm) state ppid ...; comm may hold spaces, so parse after ')'.
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
@@ -54,7 +68,7 @@ inline std::vector<pid_t> Children(pid_t parent) {
 
 // Comm returns the command name of `pid` (/proc/<pid>/comm), "" if gone.
 inline std::string Comm(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::istringstream in(ProcFile(absl::StrCat("/proc/", pid, "/comm")));
   std::string comm;
   std::getline(in, comm);
   return comm;

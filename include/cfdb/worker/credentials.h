@@ -34,6 +34,10 @@ struct Credentials {
   std::string ca_file;    // PEM bundle of trusted CAs
   std::string cert_file;  // PEM certificate chain presented to the peer
   std::string key_file;   // PEM private key of cert_file
+  // The three PEMs themselves, set when any of them was given inline
+  // (TlsSettings::File::pem, e.g. from an environment variable): gRPC then
+  // takes them as data, read once (no rotation), not from the files.
+  std::string ca_pem, cert_pem, key_pem;
   // The SAN a client expects on the worker's certificate; empty: verify
   // against the host it dials. Unused by servers.
   std::string identity;
@@ -75,7 +79,9 @@ struct TlsSettings {
 // and reason), a mismatched key, a chain that does not verify (OpenSSL's
 // reason), a refresh interval under 1 s, a CRL directory that is not one.
 // A PEM given inline (File::pem) is checked the same way; its path in the
-// credentials stays empty (see CredentialMirror). An encrypted key is
+// credentials stays empty and the three PEMs go in as data (ca_pem, ...),
+// so a client works with them directly; a server should still be given a
+// CredentialMirror's files, which rotate. An encrypted key is
 // refused (no pass phrase is ever asked for).
 absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings);
 

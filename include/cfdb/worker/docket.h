@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -65,6 +66,15 @@ class Docket {
   void Close();
   bool closed() const;
 
+  // OnEdge sets `listener` (may be empty) to run after each empty -> busy
+  // edge (the Admit of a first job) and busy -> empty edge (the Release of
+  // the last one), on the thread that crossed it, outside the docket's
+  // lock. Edges crossed by different threads at once may reach it out of
+  // order, so a listener reads in_flight() for the state now rather than
+  // counting calls. Call before the first Admit; the listener must not
+  // block or call back into the docket's Admit or Release.
+  void OnEdge(std::function<void()> listener);
+
   // CancelAll calls Cancel() on every job in flight and returns how many.
   std::size_t CancelAll();
 
@@ -80,7 +90,8 @@ class Docket {
   absl::flat_hash_set<Cancellable*> jobs_ ABSL_GUARDED_BY(mu_);
   TimePoint empty_since_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  mutable CondVar emptied_;  // signalled when the last job leaves
+  mutable CondVar emptied_;        // signalled when the last job leaves
+  std::function<void()> on_edge_;  // set before the first Admit
 };
 
 }  // namespace cfdb::worker

@@ -9,7 +9,9 @@
 //   StopSummary summary = worker.Stop(std::chrono::seconds(30));
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -96,6 +98,16 @@ struct WorkerOptions {
   int job_nice = 10;
 };
 
+// JobCounts are a worker's jobs since it started, by how they ended.
+struct JobCounts {
+  uint64_t started = 0;    // accepted into the docket
+  uint64_t succeeded = 0;  // exited with code 0
+  // Exited non-zero, killed by a signal, could not start, ran past its time
+  // limit, or its handler reported an error.
+  uint64_t failed = 0;
+  uint64_t cancelled = 0;  // cancelled by a stop or by its client
+};
+
 // Worker runs jobs. Safe for concurrent access without external
 // synchronization, except RegisterKind (before the first Dispatch).
 class Worker {
@@ -124,12 +136,13 @@ class Worker {
 
   // Dispatch validates `job`'s request, admits it to the docket and runs its
   // kind's handler on a job thread (a parked one, or a new one up to
-  // max_concurrent_tasks): OnAccepted(), the handler, OnOutcome(),
-  // then the job leaves the docket. Errors, with the docket untouched:
-  // INVALID_ARGUMENT (see Validate), UNAVAILABLE (stopping),
-  // RESOURCE_EXHAUSTED (docket full, or `job` has no cancel_fd because
-  // descriptors ran out). A job accepted when no thread can be made ends
-  // with a START_FAILED outcome rather than being dropped.
+  // max_concurrent_tasks): OnAccepted(), the handler; then the job leaves
+  // the docket, and then OnOutcome() (so whoever hears of its end finds its
+  // slot free; a drain ends only once every OnOutcome has returned). Errors,
+  // with the docket untouched: INVALID_ARGUMENT (see Validate), UNAVAILABLE
+  // (stopping), RESOURCE_EXHAUSTED (docket full, or `job` has no cancel_fd
+  // because descriptors ran out). A job accepted when no thread can be made
+  // ends with a START_FAILED outcome rather than being dropped.
   absl::Status Dispatch(const std::shared_ptr<Job>& job);
 
   // Idle returns the time since the docket last became empty (zero while a
@@ -175,6 +188,18 @@ class Worker {
   // block; it may outlive whatever registered it only through what it holds.
   void OnDrained(std::function<void(const StopSummary&)> callback);
 
+  // OnBusyEdge sets `listener` to run when the docket goes from empty to
+  // busy and from busy to empty (Docket::OnEdge: read docket().in_flight()
+  // for the state now). Call before the worker is served; must not block.
+  void OnBusyEdge(std::function<void()> listener) {
+    docket_.OnEdge(std::move(listener));
+  }
+
+  // counts returns the jobs so far; each field is exact, the four are read
+  // one after another (a job ending meanwhile may show in one and not yet
+  // in another).
+  JobCounts counts() const;
+
   const Docket& docket() const { return docket_; }
   const WorkerOptions& options() const { return options_; }
 
@@ -183,6 +208,8 @@ class Worker {
   // ReleaseJob takes `job` out of the docket and wakes the drain when that
   // emptied it.
   void ReleaseJob(Job* job);
+  // EndJob releases `job`, then tells it its outcome.
+  void EndJob(const std::shared_ptr<Job>& job, const JobOutcome& outcome);
   // Drain runs on drain_thread_: it waits for the first stop request, then
   // for the docket to empty, cancelling what is left at the deadline.
   void Drain();
@@ -196,6 +223,8 @@ class Worker {
   StopRequests requests_ ABSL_GUARDED_BY(mu_);
   std::size_t in_flight_at_stop_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs out of the docket whose OnOutcome has not returned yet.
+  int telling_ ABSL_GUARDED_BY(mu_) = 0;
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
   TimePoint drained_at_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> on_stopping_ ABSL_GUARDED_BY(mu_);
@@ -209,6 +238,10 @@ class Worker {
   // every job thread before anything above goes away.
   std::thread drain_thread_;
   std::unique_ptr<JobThreads> threads_;
+  std::atomic<uint64_t> jobs_started_{0};
+  std::atomic<uint64_t> jobs_succeeded_{0};
+  std::atomic<uint64_t> jobs_failed_{0};
+  std::atomic<uint64_t> jobs_cancelled_{0};
 };
 
 }  // namespace cfdb::worker

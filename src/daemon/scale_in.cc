@@ -1,0 +1,239 @@
+#include "daemon/scale_in.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/text.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker {
+
+ProtectionPolicy::ProtectionPolicy(Duration expires) : expires_(expires) {}
+
+std::optional<bool> ProtectionPolicy::Due(TimePoint now, bool busy) {
+  if (failures_ > 0 && now < retry_at_) return std::nullopt;
+  if (busy != enabled_) return busy;
+  if (enabled_ && now >= renew_at_) return true;  // renewal
+  // A failed renewal is retried while still busy, even though the agent
+  // may still hold the older expiry.
+  if (failures_ > 0 && busy) return true;
+  // What failed is moot now (the agent has the state wanted): no retry.
+  failures_ = 0;
+  return std::nullopt;
+}
+
+TimePoint ProtectionPolicy::Next() const {
+  if (failures_ > 0) return retry_at_;
+  return enabled_ ? renew_at_ : TimePoint::max();
+}
+
+void ProtectionPolicy::Applied(TimePoint now, bool enabled) {
+  enabled_ = enabled;
+  // Renew at half the expiry: a call that fails then has the other half
+  // to be retried in before the protection lapses.
+  renew_at_ = enabled ? now + expires_ / 2 : TimePoint::max();
+  failures_ = 0;
+  backoff_.Succeeded();
+}
+
+Duration ProtectionPolicy::Failed(TimePoint now) {
+  ++failures_;
+  const Duration delay = backoff_.Failed();
+  retry_at_ = now + delay;
+  return delay;
+}
+
+namespace {
+
+// Appends what the agent answers, up to 64 KiB.
+size_t Collect(char* data, size_t size, size_t count, void* out) {
+  auto* body = static_cast<std::string*>(out);
+  const size_t n = size * count;
+  body->append(data, std::min(n, (size_t{64} << 10) -
+                                     std::min(body->size(), size_t{64} << 10)));
+  return n;
+}
+
+// Ends the transfer once the worker is exiting.
+int Progress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(cancel)->load() ? 1 : 0;
+}
+
+class CurlAgent final : public AgentClient {
+ public:
+  CurlAgent(std::string url, Duration timeout)
+      : url_(std::move(url)),
+        timeout_ms_(
+            std::chrono::duration_cast<std::chrono::milliseconds>(timeout)
+                .count()) {}
+
+  absl::Status SetProtection(bool enabled, int expires_minutes,
+                             const std::atomic<bool>& cancel) override {
+    std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(),
+                                                             curl_easy_cleanup);
+    if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
+    nlohmann::json request = {{"ProtectionEnabled", enabled}};
+    if (enabled) request["ExpiresInMinutes"] = expires_minutes;
+    const std::string body = request.dump();
+    std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(
+        curl_slist_append(nullptr, "Content-Type: application/json"),
+        curl_slist_free_all);
+    std::string answer;
+    CURL* c = curl.get();
+    curl_easy_setopt(c, CURLOPT_URL, url_.c_str());
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms_);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, &Progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &cancel);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
+    const CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_ABORTED_BY_CALLBACK) {
+      return absl::UnavailableError("abandoned: the worker is exiting");
+    }
+    if (rc != CURLE_OK) {
+      return absl::UnavailableError(
+          absl::StrCat(url_, ": ", curl_easy_strerror(rc)));
+    }
+    long code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    const nlohmann::json reply =
+        nlohmann::json::parse(answer, nullptr, /*allow_exceptions=*/false);
+    const bool failed = reply.is_object() &&
+                        (reply.contains("failure") || reply.contains("error"));
+    if (code < 200 || code >= 300 || failed) {
+      return absl::InternalError(
+          absl::StrCat(url_, ": HTTP ", code, ": ", EscapedForLog(answer)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string url_;
+  const long timeout_ms_;
+};
+
+}  // namespace
+
+std::unique_ptr<AgentClient> CurlAgentClient(std::string agent_uri,
+                                             Duration timeout) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  while (!agent_uri.empty() && agent_uri.back() == '/') agent_uri.pop_back();
+  return std::make_unique<CurlAgent>(
+      absl::StrCat(agent_uri, "/task-protection/v1/state"), timeout);
+}
+
+ScaleInProtection::ScaleInProtection(Duration expires,
+                                     std::unique_ptr<AgentClient> agent)
+    : expires_minutes_(static_cast<int>(
+          std::chrono::duration_cast<std::chrono::minutes>(expires).count())),
+      agent_(std::move(agent)),
+      policy_(expires) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+ScaleInProtection::~ScaleInProtection() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  wake_.SignalAll();
+  thread_.join();
+}
+
+void ScaleInProtection::Changed(const std::function<bool()>& busy) {
+  {
+    absl::MutexLock lock(&mu_);
+    busy_ = busy();
+    changed_ = true;
+  }
+  wake_.SignalAll();
+}
+
+bool ScaleInProtection::applied() const {
+  absl::MutexLock lock(&mu_);
+  return policy_.enabled();
+}
+
+int ScaleInProtection::calls() const {
+  absl::MutexLock lock(&mu_);
+  return calls_;
+}
+
+void ScaleInProtection::Run() {
+  for (;;) {
+    bool enable = false;
+    bool renewal = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      changed_ = false;
+      const std::optional<bool> due =
+          policy_.Due(std::chrono::steady_clock::now(), busy_);
+      if (!due) {
+        const TimePoint next = policy_.Next();
+        while (!changed_ && !stop_) {
+          if (!wake_.WaitUntil(mu_, next)) break;
+        }
+        continue;
+      }
+      enable = *due;
+      renewal = enable && policy_.enabled();
+    }
+    // Off the lock: Changed() never waits for the agent.
+    const absl::Status status =
+        agent_->SetProtection(enable, expires_minutes_, stop_);
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    if (stop_) return;
+    Record(enable, renewal, status);
+  }
+}
+
+void ScaleInProtection::Record(bool enable, bool renewal,
+                               const absl::Status& status) {
+  const TimePoint now = std::chrono::steady_clock::now();
+  if (!status.ok()) {
+    const Duration delay = policy_.Failed(now);
+    if (policy_.failures() == 1) {
+      spdlog::warn(
+          "scale-in protection: the ECS agent did not take \"{}\": {}; "
+          "retrying in {:.1f} s and on, with backoff, until it does",
+          enable ? "enabled" : "disabled", status.ToString(), ToSeconds(delay));
+    } else {
+      spdlog::debug("scale-in protection: failed again ({}): {}",
+                    policy_.failures(), status.ToString());
+    }
+    return;
+  }
+  const int failures = policy_.failures();
+  policy_.Applied(now, enable);
+  if (failures > 0) {
+    spdlog::info(
+        "scale-in protection: the ECS agent answered again after {} failed "
+        "calls",
+        failures);
+  }
+  if (renewal) {
+    spdlog::debug("scale-in protection: renewed for {} min", expires_minutes_);
+    return;
+  }
+  LogEvent(spdlog::level::info,
+           enable ? absl::StrCat("scale-in protection: enabled for ",
+                                 expires_minutes_, " min (a job is in flight)")
+                  : std::string("scale-in protection: disabled (idle)"),
+           {{"scale_in_protection", enable}});
+}
+
+}  // namespace cfdb::worker

@@ -1,0 +1,140 @@
+// Busy-aware ECS task scale-in protection: while the worker has a job in
+// flight, the ECS container agent is told to protect its task from a
+// service's scale-in and deployments (PUT
+// $ECS_AGENT_URI/task-protection/v1/state, {"ProtectionEnabled": true,
+// "ExpiresInMinutes": N}; AWS's "Amazon ECS task scale-in protection"
+// endpoint), and told again once it is idle.
+//
+// Only the docket's edges and renewals cause calls: the empty -> busy edge
+// enables protection for N minutes, it is renewed at half of that while
+// busy (a 6-hour job stays protected), and the busy -> empty edge disables
+// it. Calls run on a thread of their own, never on the dispatch path, with
+// a bounded timeout; a failure is retried with the backoff and never
+// disables the feature; the state the agent gets is always the docket's
+// state at the time of the call, so busy -> idle -> busy quickly ends
+// protected.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cfdb/worker/clock.h"
+#include "daemon/backoff.h"
+
+namespace cfdb::worker {
+
+// Defaults of the knobs; cloudformation/workers.yml repeats the expiry.
+inline constexpr int kDefaultProtectionExpiresMinutes = 120;  // ECS's own
+inline constexpr int kMaxProtectionExpiresMinutes = 2880;     // ECS's limit
+// Each agent call gives up after this long.
+inline constexpr Duration kAgentCallTimeout = std::chrono::seconds(5);
+// Retries of a failed call: 1 s, doubling, up to a minute.
+inline constexpr Duration kAgentRetryInitialDelay = std::chrono::seconds(1);
+inline constexpr Duration kAgentRetryMaxDelay = std::chrono::minutes(1);
+
+// ProtectionPolicy decides when to call the agent and with what. Time comes
+// in as arguments, so tests run hours of it in microseconds. Not
+// thread-safe.
+class ProtectionPolicy {
+ public:
+  // `expires` (1..2880 minutes) is each call's ExpiresInMinutes.
+  explicit ProtectionPolicy(Duration expires);
+
+  // Due returns the call due at `now` for the docket's state `busy`
+  // (true: enable, false: disable), or nullopt: none (the agent has that
+  // state already and no renewal is due, or a failed call waits for its
+  // retry). A failed call that is moot by then (the docket is back in the
+  // state the agent has) is forgotten.
+  std::optional<bool> Due(TimePoint now, bool busy);
+  // Next returns when a call may next fall due without an edge (a renewal
+  // or a retry); TimePoint::max() if none will.
+  TimePoint Next() const;
+  // Applied records a call that succeeded at `now`.
+  void Applied(TimePoint now, bool enabled);
+  // Failed records a call that failed at `now` and returns the delay until
+  // its retry.
+  Duration Failed(TimePoint now);
+
+  bool enabled() const { return enabled_; }
+  // failures returns the failed calls in a row.
+  int failures() const { return failures_; }
+
+ private:
+  const Duration expires_;
+  bool enabled_ = false;  // as the agent has it; a new task is unprotected
+  TimePoint renew_at_ = TimePoint::max();
+  TimePoint retry_at_ = TimePoint::min();
+  int failures_ = 0;
+  Backoff backoff_{kAgentRetryInitialDelay, Backoff::kDefaultFactor,
+                   kAgentRetryMaxDelay};
+};
+
+// AgentClient sets the task's protection. Implementations are called from
+// one thread at a time.
+class AgentClient {
+ public:
+  virtual ~AgentClient() = default;
+  // SetProtection asks for `enabled` with an expiry of `expires_minutes`.
+  // OK on a 2xx answer without a failure in it; UNAVAILABLE (the agent
+  // could not be reached or timed out, or `cancel` was set) or INTERNAL
+  // (it answered with an error) otherwise. Returns soon after `cancel`
+  // becomes true.
+  virtual absl::Status SetProtection(bool enabled, int expires_minutes,
+                                     const std::atomic<bool>& cancel) = 0;
+};
+
+// CurlAgentClient calls `$ECS_AGENT_URI/task-protection/v1/state` with
+// libcurl, each call bounded by `timeout`.
+std::unique_ptr<AgentClient> CurlAgentClient(std::string agent_uri,
+                                             Duration timeout);
+
+// ScaleInProtection runs the policy on a thread of its own, applying the
+// docket's state as Changed() last read it (from the docket's edge
+// listener), and renewals and retries as they fall due. It never calls
+// into the worker itself, so it may outlive it. Logs each state change,
+// and each failure once per streak. Thread-safe.
+class ScaleInProtection {
+ public:
+  ScaleInProtection(Duration expires, std::unique_ptr<AgentClient> agent);
+  // Stops the thread at once, even during a retry wait or a call in flight
+  // (which is abandoned), and joins it.
+  ~ScaleInProtection();
+  ScaleInProtection(const ScaleInProtection&) = delete;
+  ScaleInProtection& operator=(const ScaleInProtection&) = delete;
+
+  // Changed reads the docket's state with `busy` under the protection's
+  // lock (so of edges crossed by several threads at once, the last read,
+  // which follows every edge, wins) and wakes the thread. Never waits for
+  // the agent.
+  void Changed(const std::function<bool()>& busy);
+
+  // applied returns the state the agent last accepted (for tests).
+  bool applied() const;
+  // calls returns how many calls were made (for tests).
+  int calls() const;
+
+ private:
+  void Run();
+  // Record takes a call's result into the policy and logs it.
+  void Record(bool enable, bool renewal, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int expires_minutes_;
+  const std::unique_ptr<AgentClient> agent_;
+  mutable absl::Mutex mu_;
+  ProtectionPolicy policy_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a new worker is idle
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar wake_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace cfdb::worker
