@@ -129,8 +129,7 @@ absl::Status SetUpLogging(std::string_view level, LogFormat format) {
     // A sink of its own (a sink holds its formatter); each line is one
     // fwrite of stderr, which stdio never interleaves with another.
     auto raw = std::make_shared<spdlog::logger>(
-        "cfdb-worker-raw",
-        std::make_shared<spdlog::sinks::stderr_sink_mt>());
+        "cfdb-worker-raw", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     raw->set_pattern("%v");
     RawLogger() = std::move(raw);
   } else {

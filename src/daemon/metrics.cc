@@ -28,9 +28,9 @@ Json Line(int64_t timestamp_ms, const char* message,
     declared.push_back({{"Name", m.name}, {"Unit", m.unit}});
   }
   Json line;
-  line["time"] = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
-                                  absl::FromUnixMillis(timestamp_ms),
-                                  absl::UTCTimeZone());
+  line["time"] =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
+                       absl::FromUnixMillis(timestamp_ms), absl::UTCTimeZone());
   line["level"] = "info";
   line["message"] = message;
   line["_aws"] = {
