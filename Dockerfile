@@ -34,6 +34,9 @@ RUN groupadd --system --gid 10001 cfdb-worker \
  && groupadd --system --gid 20000 cfdb-job \
  && useradd --system --uid 20000 --gid 20000 --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin cfdb-job
+# No setuid or setgid program (su, passwd, mount, ...): the worker needs none,
+# and a job must not find one to exec.
+RUN find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 COPY --from=build /src/build/cfdb-worker /usr/local/bin/cfdb-worker
 USER 0:0
 ENV CFDB_WORKER_USER=cfdb-worker CFDB_WORKER_JOB_USER=cfdb-job

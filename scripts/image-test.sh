@@ -116,6 +116,17 @@ check_ldd() {
   fi
 }
 
+# 1b. No setuid or setgid file: nothing a job runs can gain a uid by exec.
+check_setuid() {
+  local out
+  if out=$(pod run --rm "${RUN_FLAGS[@]}" --entrypoint find "$IMAGE" / -xdev \
+    -type f -perm /6000 2>&1) && [ -z "$out" ]; then
+    ok "setuid: no setuid or setgid file in the image"
+  else
+    failed "setuid: setuid or setgid files in the image" "$out"
+  fi
+}
+
 # 2. The serving process is cfdb-worker (10001) in every uid, though the
 # container starts as root.
 check_user() {
@@ -491,6 +502,7 @@ main() {
   local start port c
   start=$(now)
   check_ldd
+  check_setuid
 
   # As PID 1 (no init), the way `docker run` without --init starts it.
   port=$(free_port)
