@@ -58,7 +58,7 @@ const Knob kMetricsInterval{
     "--metrics-interval-seconds", "CFDB_WORKER_METRICS_INTERVAL_SECONDS",
     Fallback(kDefaultMetricsIntervalSeconds), "SECONDS",
     "with --log-format json, one CloudWatch EMF metrics line this often, "
-    ">= 0 (0: none)"};
+    "0 or >= 1 (0: none)"};
 const Knob kMetricsService{
     "--metrics-service", "CFDB_WORKER_METRICS_SERVICE", "cfdb-worker", "NAME",
     "the metrics' Service dimension (e.g. the stack's name)"};
@@ -553,6 +553,11 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   c.scale_in.expires = std::chrono::minutes(expires);
   c.scale_in.agent_uri = env("ECS_AGENT_URI").value_or("");
   CFDB_ASSIGN(c.metrics_interval, r.Seconds(knob::kMetricsInterval, false));
+  if (c.metrics_interval > Duration::zero() &&
+      c.metrics_interval < std::chrono::seconds(1)) {
+    return Resolver::Bad(r.Get(knob::kMetricsInterval),
+                         "is under 1 s (0 turns metrics off)");
+  }
   CFDB_ASSIGN(c.metrics_service, r.NonEmpty(knob::kMetricsService));
   if (absl::Status s = ResolveRetirement(r, c.retirement); !s.ok()) return s;
   if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;

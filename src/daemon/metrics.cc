@@ -1,5 +1,6 @@
 #include "daemon/metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -109,7 +110,7 @@ void MetricsReporter::Stop() {
     stop_ = true;
   }
   wake_.SignalAll();
-  if (thread_.joinable()) thread_.join();
+  std::call_once(joined_, [this] { thread_.join(); });
 }
 
 void MetricsReporter::Run() {
@@ -118,7 +119,8 @@ void MetricsReporter::Run() {
   while (!stop_) {
     if (wake_.WaitUntil(mu_, next) || stop_) continue;
     WriteInterval();
-    next += interval_;
+    // After a stall, the next line an interval from now, not a burst.
+    next = std::max(next + interval_, std::chrono::steady_clock::now());
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -82,6 +83,7 @@ class MetricsReporter {
   bool retired_ ABSL_GUARDED_BY(mu_) = false;
   CondVar wake_;
   std::thread thread_;
+  std::once_flag joined_;
 };
 
 // EpochMilliseconds is the wall clock as EMF's Timestamp wants it.

@@ -15,15 +15,16 @@ namespace cfdb::worker {
 
 ProtectionPolicy::ProtectionPolicy(Duration expires) : expires_(expires) {}
 
-std::optional<bool> ProtectionPolicy::Due(TimePoint now, bool busy) {
-  if (failures_ > 0 && now < retry_at_) return std::nullopt;
+std::optional<bool> ProtectionPolicy::Due(TimePoint now, bool busy) const {
+  if (failures_ > 0) {
+    // The agent's state is unknown (a call that timed out may have been
+    // applied): the docket's state is sent again, at the retry, or at once
+    // when the docket has changed since the call that failed.
+    if (now < retry_at_ && busy == attempted_) return std::nullopt;
+    return busy;
+  }
   if (busy != enabled_) return busy;
   if (enabled_ && now >= renew_at_) return true;  // renewal
-  // A failed renewal is retried while still busy, even though the agent
-  // may still hold the older expiry.
-  if (failures_ > 0 && busy) return true;
-  // What failed is moot now (the agent has the state wanted): no retry.
-  failures_ = 0;
   return std::nullopt;
 }
 
@@ -41,8 +42,9 @@ void ProtectionPolicy::Applied(TimePoint now, bool enabled) {
   backoff_.Succeeded();
 }
 
-Duration ProtectionPolicy::Failed(TimePoint now) {
+Duration ProtectionPolicy::Failed(TimePoint now, bool attempted) {
   ++failures_;
+  attempted_ = attempted;
   const Duration delay = backoff_.Failed();
   retry_at_ = now + delay;
   return delay;
@@ -92,6 +94,10 @@ class CurlAgent final : public AgentClient {
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms_);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM
+    // The agent is local to the task: never through a proxy of the
+    // environment, and plain HTTP only.
+    curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, &Progress);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &cancel);
@@ -205,7 +211,7 @@ void ScaleInProtection::Record(bool enable, bool renewal,
                                const absl::Status& status) {
   const TimePoint now = std::chrono::steady_clock::now();
   if (!status.ok()) {
-    const Duration delay = policy_.Failed(now);
+    const Duration delay = policy_.Failed(now, enable);
     if (policy_.failures() == 1) {
       spdlog::warn(
           "scale-in protection: the ECS agent did not take \"{}\": {}; "

@@ -49,17 +49,18 @@ class ProtectionPolicy {
   // Due returns the call due at `now` for the docket's state `busy`
   // (true: enable, false: disable), or nullopt: none (the agent has that
   // state already and no renewal is due, or a failed call waits for its
-  // retry). A failed call that is moot by then (the docket is back in the
-  // state the agent has) is forgotten.
-  std::optional<bool> Due(TimePoint now, bool busy);
+  // retry). After a failure the agent's state is unknown, so the state is
+  // sent again even if it matches the last one applied: at the retry, or at
+  // once when the docket changed since the failed call.
+  std::optional<bool> Due(TimePoint now, bool busy) const;
   // Next returns when a call may next fall due without an edge (a renewal
   // or a retry); TimePoint::max() if none will.
   TimePoint Next() const;
   // Applied records a call that succeeded at `now`.
   void Applied(TimePoint now, bool enabled);
-  // Failed records a call that failed at `now` and returns the delay until
-  // its retry.
-  Duration Failed(TimePoint now);
+  // Failed records that the call for `attempted` failed at `now` and
+  // returns the delay until its retry.
+  Duration Failed(TimePoint now, bool attempted);
 
   bool enabled() const { return enabled_; }
   // failures returns the failed calls in a row.
@@ -71,6 +72,7 @@ class ProtectionPolicy {
   TimePoint renew_at_ = TimePoint::max();
   TimePoint retry_at_ = TimePoint::min();
   int failures_ = 0;
+  bool attempted_ = false;  // the state of the call that failed last
   Backoff backoff_{kAgentRetryInitialDelay, Backoff::kDefaultFactor,
                    kAgentRetryMaxDelay};
 };
@@ -102,8 +104,9 @@ std::unique_ptr<AgentClient> CurlAgentClient(std::string agent_uri,
 class ScaleInProtection {
  public:
   ScaleInProtection(Duration expires, std::unique_ptr<AgentClient> agent);
-  // Stops the thread at once, even during a retry wait or a call in flight
-  // (which is abandoned), and joins it.
+  // Stops the thread and joins it: at once during a retry wait, within
+  // about a second for a call in flight (abandoned at libcurl's next
+  // progress check).
   ~ScaleInProtection();
   ScaleInProtection(const ScaleInProtection&) = delete;
   ScaleInProtection& operator=(const ScaleInProtection&) = delete;

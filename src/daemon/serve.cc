@@ -165,6 +165,7 @@ std::unique_ptr<MetricsReporter> StartMetrics(const ServeConfig& config,
 }  // namespace
 
 int RunServe(const ServeConfig& config) {
+  const TimePoint process_start = std::chrono::steady_clock::now();
   // A write to a job's closed stdin must not kill the worker.
   std::signal(SIGPIPE, SIG_IGN);
   const rlim_t nofile = RaiseDescriptorLimit();
@@ -304,15 +305,15 @@ int RunServe(const ServeConfig& config) {
                           [&worker](StopRequest request) {
                             worker.RequestStop(std::move(request));
                           });
-  const TimePoint started = std::chrono::steady_clock::now();
   std::unique_ptr<MetricsReporter> metrics =
       StartMetrics(config, worker, policy);
   const Retirement retirement = policy.Run();
   LogDrain(AwaitDrain(worker, policy, retirement,
                       config.retirement.max_lifetime_grace));
   if (metrics != nullptr) {
-    metrics->Retire(ExitReasonName(retirement.reason),
-                    ToSeconds(std::chrono::steady_clock::now() - started));
+    metrics->Retire(
+        ExitReasonName(retirement.reason),
+        ToSeconds(std::chrono::steady_clock::now() - process_start));
   }
   // gRPC's own shutdown can stall (seen when jobs had used up the process
   // budget); past its bound the daemon exits anyway, saying so.

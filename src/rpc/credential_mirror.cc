@@ -188,6 +188,10 @@ absl::StatusOr<std::unique_ptr<CredentialMirror>> CredentialMirror::Start(
   mirror->credentials_.ca_file = directory + "/current/ca.pem";
   mirror->credentials_.cert_file = directory + "/current/cert.pem";
   mirror->credentials_.key_file = directory + "/current/key.pem";
+  // The mirror's files, watched, rotate; inline PEMs would not.
+  mirror->credentials_.ca_pem.clear();
+  mirror->credentials_.cert_pem.clear();
+  mirror->credentials_.key_pem.clear();
   mirror->credentials_.refresh_interval =
       std::chrono::seconds(kGrpcRefreshSeconds);
   return mirror;

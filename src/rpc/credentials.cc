@@ -133,7 +133,8 @@ std::string Credentials::Key() const {
   if (kind == Kind::kInsecure) return "insecure";
   return absl::StrCat("mtls\n", ca_file, "\n", cert_file, "\n", key_file, "\n",
                       identity, "\n", refresh_interval.count(), "\n",
-                      crl_directory, "\n", ca_pem, cert_pem, key_pem);
+                      crl_directory, "\n", ca_pem, "\n", cert_pem, "\n",
+                      key_pem);
 }
 
 absl::StatusOr<PemSet> ReadPemSet(const TlsSettings& settings) {

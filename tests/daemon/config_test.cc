@@ -163,6 +163,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"--task-kill-grace-seconds", "-3", "negative"},
         BadValue{"--max-lifetime-jitter-seconds", "-1", "negative"},
         BadValue{"--ecs-protection-expires-minutes", "0", "outside 1..2880"},
+        BadValue{"--metrics-interval-seconds", "0.001", "under 1 s"},
         BadValue{"CFDB_WORKER_ECS_PROTECTION_EXPIRES_MINUTES", "2881",
                  "outside 1..2880"},
         BadValue{"CFDB_WORKER_ECS_SCALE_IN_PROTECTION", "often",

@@ -155,7 +155,7 @@ TEST(EcsScaleInTest, OffEcsTheWorkerSaysSoAndCarriesOn) {
 // schema, and their counts add up to the jobs run.
 TEST(EmfMetricsTest, LinesValidateAndCountTheJobsRun) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--log-format", "json",
-                 "--metrics-interval-seconds", "0.3", "--metrics-service",
+                 "--metrics-interval-seconds", "1", "--metrics-service",
                  "workers-test"});
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection = Connect(daemon);
@@ -165,7 +165,8 @@ TEST(EmfMetricsTest, LinesValidateAndCountTheJobsRun) {
   std::thread cancelled([&] { RunJob(*connection, {"sleep", "30"}); });
   ASSERT_TRUE(testing::WaitFor(
       [&] { return (*connection).IdleTime(seconds(1)).value_or(1) == 0; }));
-  std::this_thread::sleep_for(milliseconds(700));  // a line with it running
+  // An interval line (the first, at 1 s) while it runs.
+  std::this_thread::sleep_for(milliseconds(1300));
   EXPECT_TRUE((*connection).Stop(Duration::zero(), seconds(30)).ok());
   cancelled.join();
   ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
@@ -212,7 +213,7 @@ TEST(EmfMetricsTest, LinesValidateAndCountTheJobsRun) {
 // With text logs there is nowhere for EMF to go: no metrics, and it says so.
 TEST(EmfMetricsTest, TextLogsCarryNoMetrics) {
   Daemon daemon(
-      {"--idle-timeout-seconds", "0", "--metrics-interval-seconds", "0.1"});
+      {"--idle-timeout-seconds", "0", "--metrics-interval-seconds", "1"});
   ASSERT_GT(daemon.port(), 0);
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_THAT(daemon.log(), HasSubstr("metrics: off"));

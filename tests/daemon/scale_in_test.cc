@@ -59,29 +59,33 @@ TEST(ProtectionPolicyTest, ASixHourJobStaysProtected) {
 TEST(ProtectionPolicyTest, AFailureIsRetriedAfterTheBackoff) {
   ProtectionPolicy policy(minutes(120));
   ASSERT_EQ(policy.Due(kStart, true), true);
-  const Duration first = policy.Failed(kStart);
+  const Duration first = policy.Failed(kStart, true);
   EXPECT_EQ(first, kAgentRetryInitialDelay);
   EXPECT_EQ(policy.Due(kStart + first / 2, true), std::nullopt);
   EXPECT_EQ(policy.Next(), kStart + first);
   EXPECT_EQ(policy.Due(kStart + first, true), true);
-  EXPECT_EQ(policy.Failed(kStart + first), 2 * first) << "backing off";
+  EXPECT_EQ(policy.Failed(kStart + first, true), 2 * first) << "backing off";
   EXPECT_EQ(policy.Due(kStart + 3 * first, true), true);
   policy.Applied(kStart + 3 * first, true);
   EXPECT_TRUE(policy.enabled());
   EXPECT_EQ(policy.failures(), 0);
   ASSERT_EQ(policy.Due(kStart + 4 * first, false), false);
-  EXPECT_EQ(policy.Failed(kStart + 4 * first), first) << "backoff reset";
+  EXPECT_EQ(policy.Failed(kStart + 4 * first, false), first) << "backoff reset";
 }
 
-// A failed enable that the docket made moot (idle again) is not retried:
-// no call, and no wake-up left behind.
-TEST(ProtectionPolicyTest, AMootFailureIsForgotten) {
+// An enable that timed out may still have been applied: once the docket
+// is idle, a disable goes out at once (not after the backoff), although
+// the last state the agent took was "disabled". Never an idle task left
+// protected for the expiry.
+TEST(ProtectionPolicyTest, AfterAFailureTheDocketsStateIsSentAgain) {
   ProtectionPolicy policy(minutes(120));
   ASSERT_EQ(policy.Due(kStart, true), true);
-  const Duration delay = policy.Failed(kStart);
-  EXPECT_EQ(policy.Due(kStart + delay, false), std::nullopt);
-  EXPECT_EQ(policy.failures(), 0);
-  EXPECT_EQ(policy.Next(), TimePoint::max()) << "else the runner would spin";
+  policy.Failed(kStart, true);
+  EXPECT_EQ(policy.Due(kStart + milliseconds(1), false), false)
+      << "the docket changed since the failed call: at once";
+  policy.Applied(kStart + milliseconds(2), false);
+  EXPECT_EQ(policy.Due(kStart + seconds(5), false), std::nullopt);
+  EXPECT_EQ(policy.Next(), TimePoint::max());
 }
 
 // FakeAgent records calls; it can fail the first ones or hold a call until

@@ -261,6 +261,23 @@ TEST_F(RotationTest, TheMirrorIsPrivateAndRemovedWithIt) {
   EXPECT_FALSE(fs::exists(dir));
 }
 
+// PEMs given inline (as from variables) are served from the mirror's
+// files, which gRPC watches, not as data that would never rotate.
+TEST_F(RotationTest, InlinePemsAreServedFromTheMirrorsFiles) {
+  TlsSettings settings = Settings("", "", "");
+  settings.ca = {"", "CFDB_WORKER_TLS_CA_PEM",
+                 TestPki::ReadFile(pki_.ca().cert)};
+  settings.cert = {"", "CFDB_WORKER_TLS_CERT_PEM",
+                   TestPki::ReadFile(old_.cert)};
+  settings.key = {"", "CFDB_WORKER_TLS_KEY_PEM", TestPki::ReadFile(old_.key)};
+  auto mirror = CredentialMirror::Start(settings);
+  ASSERT_TRUE(mirror.ok()) << mirror.status();
+  const Credentials& served = (*mirror)->credentials();
+  EXPECT_TRUE(served.key_pem.empty() && served.cert_pem.empty() &&
+              served.ca_pem.empty());
+  EXPECT_EQ(TestPki::ReadFile(served.key_file), TestPki::ReadFile(old_.key));
+}
+
 // A client accepts the worker by SANs only: a certificate whose Common
 // Name is the expected identity but that has no SAN for it is refused.
 TEST(SanOnlyTest, TheCommonNameNeverIdentifiesTheWorker) {
