@@ -7,6 +7,10 @@
 
 namespace cfdb::worker {
 
+Duration GraceFromSeconds(double seconds) {
+  return seconds < 0 ? Duration(-1) : ToDuration(Seconds(seconds));
+}
+
 TimePoint StopRequest::Deadline() const {
   if (grace < Duration::zero()) return TimePoint::max();
   // Saturating: a grace of years must not wrap around.

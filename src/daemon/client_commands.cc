@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cfdb/worker/connection.h"
+#include "cfdb/worker/drain.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
 #include "daemon/client_calls.h"
@@ -97,8 +98,7 @@ int RunStop(const ClientOptions& options, double grace_seconds) {
   auto connection = Connect(options.address, options);
   if (!connection.ok())
     return Fail(Rpc::kStop, options.address, connection.status());
-  const Duration grace =
-      grace_seconds < 0 ? Duration(-1) : ToDuration(Seconds(grace_seconds));
+  const Duration grace = GraceFromSeconds(grace_seconds);
   absl::StatusOr<StopSummary> summary =
       WithRetries(options.attempts, Rpc::kStop,
                   [&] { return (*connection)->Stop(grace, options.timeout); });

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cfdb/worker/drain.h"
 #include "daemon/address.h"
 #include "daemon/metrics.h"
 #include "daemon/scale_in.h"
@@ -219,7 +220,7 @@ class Resolver {
     if (!absl::SimpleAtod(s.text, &value)) return Bad(s, "is not a number");
     if (!std::isfinite(value)) return Bad(s, "is not a finite number");
     if (value < 0 && !allow_negative) return Bad(s, "is negative");
-    return value < 0 ? Duration(-1) : ToDuration(cfdb::worker::Seconds(value));
+    return GraceFromSeconds(value);
   }
 
   absl::StatusOr<bool> Switch(const Knob& knob) const {

@@ -69,9 +69,7 @@ ReapResult ReapOne(const ReapOptions& options, const std::string& address) {
   } else if (options.dry_run) {
     result.action = ReapAction::kDryRun;
   } else {
-    const Duration grace = options.grace_seconds < 0
-                               ? Duration(-1)
-                               : ToDuration(Seconds(options.grace_seconds));
+    const Duration grace = GraceFromSeconds(options.grace_seconds);
     absl::StatusOr<StopSummary> stopped =
         WithRetries(options.client.attempts, Rpc::kStop, [&] {
           return (*connection)

@@ -73,6 +73,15 @@ absl::StatusOr<T> Parse(const grpc::ByteBuffer& bytes) {
   return message;
 }
 
+// FinishedUnary finishes a unary call with `status` at once and returns
+// its reactor (gRPC's default one).
+inline grpc::ServerUnaryReactor* FinishedUnary(
+    grpc::CallbackServerContext* context, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
 // FinishedWriter returns a server-streaming call's reactor that only
 // finishes with `status` (a call refused before it began).
 template <typename T>

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cfdb/worker/drain.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "core/errno_text.h"
 #include "grpcpp/resource_quota.h"
@@ -52,21 +53,16 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* Idle(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* reply) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     const absl::Status s =
         gate_
             .Open<v1::IdleRequest>(*ctx, *request, MethodGroup::kObserve,
                                    "Idle")
             .status();
-    if (!s.ok()) {
-      reactor->Finish(wire::ToGrpc(s));
-      return reactor;
-    }
+    if (!s.ok()) return FinishedUnary(ctx, wire::ToGrpc(s));
     v1::IdleTime idle;
     idle.set_seconds(ToSeconds(worker_.Idle()));
     Serialize(idle, reply);
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    return FinishedUnary(ctx, grpc::Status::OK);
   }
 
   grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* ctx,
@@ -78,11 +74,7 @@ class Service final : public RawService {
       parsed = absl::InvalidArgumentError("grace_seconds: NaN");
       spdlog::info("stop rpc: refused: {}", parsed.status().ToString());
     }
-    if (!parsed.ok()) {
-      grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-      reactor->Finish(wire::ToGrpc(parsed.status()));
-      return reactor;
-    }
+    if (!parsed.ok()) return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
     return BeginStop(parsed->grace_seconds(), reply, &WriteStopReply);
   }
 
@@ -94,8 +86,7 @@ class Service final : public RawService {
     auto* reactor = new StopReactor(calls_, stops_, reply, write);
     spdlog::info("stop rpc: draining with grace {} s", grace);
     worker_.RequestStop(
-        {.source = "stop rpc",
-         .grace = grace < 0 ? Duration(-1) : ToDuration(Seconds(grace))});
+        {.source = "stop rpc", .grace = GraceFromSeconds(grace)});
     if (on_stop_rpc_) on_stop_rpc_();
     stops_->Add(reactor);
     return reactor;

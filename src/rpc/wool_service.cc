@@ -13,13 +13,6 @@ void WriteVoid(const StopSummary&, grpc::ByteBuffer* reply) {
   Serialize(wool_wire::Void(), reply);
 }
 
-grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* ctx,
-                                  const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(wire::ToGrpc(status));
-  return reactor;
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* WoolService::idle(grpc::CallbackServerContext* ctx,
@@ -30,13 +23,11 @@ grpc::ServerUnaryReactor* WoolService::idle(grpc::CallbackServerContext* ctx,
           .Open<wool_wire::Void>(*ctx, *request, MethodGroup::kObserve,
                                  "wool idle")
           .status();
-  if (!s.ok()) return Refused(ctx, s);
+  if (!s.ok()) return FinishedUnary(ctx, wire::ToGrpc(s));
   wool_wire::IdleTime idle;
   idle.set_seconds(idle_());
   Serialize(idle, reply);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishedUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* WoolService::stop(grpc::CallbackServerContext* ctx,
@@ -49,7 +40,7 @@ grpc::ServerUnaryReactor* WoolService::stop(grpc::CallbackServerContext* ctx,
     parsed = absl::InvalidArgumentError("timeout: NaN");
     spdlog::info("wool stop: refused: {}", parsed.status().ToString());
   }
-  if (!parsed.ok()) return Refused(ctx, parsed.status());
+  if (!parsed.ok()) return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
   return stop_(parsed->timeout(), reply, &WriteVoid);
 }
 

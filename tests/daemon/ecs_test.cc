@@ -17,7 +17,6 @@
 namespace cfdb::worker {
 namespace {
 
-using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::CollectingJob;
 using testing::Daemon;
@@ -73,7 +72,7 @@ std::vector<std::string> WithAgent(const FakeAgent& agent) {
 }
 
 std::unique_ptr<WorkerConnection> Connect(const Daemon& daemon) {
-  return *WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  return *WorkerConnection::Open(daemon.address());
 }
 
 void RunJob(WorkerConnection& connection, std::vector<std::string> argv) {
@@ -89,12 +88,15 @@ TEST(EcsScaleInTest, OverlappingJobsMakeOneEnableAndOneDisable) {
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection = Connect(daemon);
   std::thread first([&] { RunJob(*connection, {"sleep", "1"}); });
-  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return connection->IdleTime(seconds(1)).value_or(1) == 0; }));
   std::thread second([&] { RunJob(*connection, {"sleep", "1"}); });
   first.join();
   second.join();
   ASSERT_TRUE(agent.WaitForRequests(2)) << daemon.log();
-  std::this_thread::sleep_for(milliseconds(300));
+  // Once the worker is gone no call can follow: count them then.
+  EXPECT_TRUE(connection->Stop(seconds(5), seconds(30)).ok());
+  ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   const std::vector<nlohmann::json> requests = agent.Requests();
   ASSERT_EQ(requests.size(), 2u) << "edges only, no call per job";
   EXPECT_EQ(requests[0]["path"], "/api/task-1/task-protection/v1/state");
@@ -166,7 +168,7 @@ TEST(EmfMetricsTest, LinesValidateAndCountTheJobsRun) {
   ASSERT_TRUE(testing::WaitFor(
       [&] { return (*connection).IdleTime(seconds(1)).value_or(1) == 0; }));
   // An interval line (the first, at 1 s) while it runs.
-  std::this_thread::sleep_for(milliseconds(1300));
+  ASSERT_TRUE(daemon.WaitForLog("\"JobsInFlight\":1")) << daemon.log();
   EXPECT_TRUE((*connection).Stop(Duration::zero(), seconds(30)).ok());
   cancelled.join();
   ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
@@ -215,8 +217,10 @@ TEST(EmfMetricsTest, TextLogsCarryNoMetrics) {
   Daemon daemon(
       {"--idle-timeout-seconds", "0", "--metrics-interval-seconds", "1"});
   ASSERT_GT(daemon.port(), 0);
-  std::this_thread::sleep_for(milliseconds(300));
-  EXPECT_THAT(daemon.log(), HasSubstr("metrics: off"));
+  EXPECT_TRUE(daemon.WaitForLog("metrics: off"));
+  // Were metrics on, the exit would write a line at least.
+  EXPECT_TRUE(Connect(daemon)->Stop(Duration::zero(), seconds(30)).ok());
+  ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   EXPECT_THAT(daemon.log(), ::testing::Not(HasSubstr("_aws")));
 }
 

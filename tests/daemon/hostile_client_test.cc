@@ -42,10 +42,6 @@ using ::testing::Not;
 constexpr char kForged[] =
     "x\nFORGED job nightly-backup: exited with code 0\x1b[31m\r";
 
-std::string Address(const Daemon& daemon) {
-  return absl::StrCat("127.0.0.1:", daemon.port());
-}
-
 // Lines returns the log's lines.
 std::vector<std::string> Lines(const std::string& log) {
   return absl::StrSplit(log, '\n', absl::SkipEmpty());
@@ -125,7 +121,7 @@ TEST_P(LogInjectionTest, ClientTextNeitherForgesNorFloodsTheLog) {
   ASSERT_GT(daemon.port(), 0);
   const std::string text =
       p.huge ? std::string(20'000'000, 'a') : std::string(kForged);
-  auto connection = WorkerConnection::Open(Address(daemon));
+  auto connection = WorkerConnection::Open(daemon.address());
   absl::StatusOr<JobOutcome> outcome =
       (*connection)->Dispatch(p.field.request(text), {}, seconds(30));
   const std::string message =
@@ -198,18 +194,18 @@ TEST(HostileClientTest, BytesThatAreNoRequestAreInvalidArgument) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--log-format", "json"});
   const std::string not_utf8 = std::string("\x0a\x02\xff\xfe", 4);
   const grpc::Status dispatch =
-      CallRaw(Address(daemon), "/cfdb.worker.v1.Worker/Dispatch", not_utf8);
+      CallRaw(daemon.address(), "/cfdb.worker.v1.Worker/Dispatch", not_utf8);
   EXPECT_EQ(dispatch.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << dispatch.error_message();
   const grpc::Status idle =
-      CallRaw(Address(daemon), "/cfdb.worker.v1.Worker/Idle", "\xff\xff\xff");
+      CallRaw(daemon.address(), "/cfdb.worker.v1.Worker/Idle", "\xff\xff\xff");
   EXPECT_EQ(idle.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(
       ClassifyError(Rpc::kIdle, absl::Status(absl::StatusCode::kInvalidArgument,
                                              idle.error_message())),
       ErrorKind::kIdleUnavailable);
   const grpc::Status health =
-      CallRaw(Address(daemon), "/grpc.health.v1.Health/Check", "\xff");
+      CallRaw(daemon.address(), "/grpc.health.v1.Health/Check", "\xff");
   EXPECT_EQ(health.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   kill(daemon.pid(), SIGTERM);
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
@@ -221,7 +217,7 @@ TEST(HostileClientTest, BytesThatAreNoRequestAreInvalidArgument) {
 // message: never RESOURCE_EXHAUSTED over gRPC's metadata limit.
 TEST(HostileClientTest, ALongFieldStaysInvalidArgument) {
   Daemon daemon({"--idle-timeout-seconds", "0"});
-  auto connection = WorkerConnection::Open(Address(daemon));
+  auto connection = WorkerConnection::Open(daemon.address());
   const std::string long_text(10'000, 'k');
   for (const Field* field : {&kFields[1], &kFields[2]}) {
     absl::StatusOr<JobOutcome> outcome =
@@ -238,7 +234,7 @@ TEST(HostileClientTest, ALongFieldStaysInvalidArgument) {
 // Retrying clients of a full docket make a bounded number of log lines.
 TEST(HostileClientTest, ADocketFullFloodIsLoggedWithACount) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--max-concurrent-tasks", "1"});
-  auto connection = WorkerConnection::Open(Address(daemon));
+  auto connection = WorkerConnection::Open(daemon.address());
   std::thread busy([&] {
     (void)(*connection)->Dispatch(ExecRequest({"sleep", "3"}), {}, seconds(30));
   });
@@ -294,7 +290,7 @@ class StreamAbuseTest
 TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
   Daemon daemon({"--idle-timeout-seconds", "0"}, HeapLikeProduction());
   ASSERT_GT(daemon.pid(), 0);
-  auto connection = WorkerConnection::Open(Address(daemon));
+  auto connection = WorkerConnection::Open(daemon.address());
   ASSERT_TRUE((*connection)->IdleTime(seconds(5)).ok());
   const int64_t baseline = RssKib(daemon.pid());
   std::vector<std::string> argv = {"/usr/bin/python3", CFDB_H2_ABUSE_SCRIPT,
@@ -379,7 +375,7 @@ TEST(HostileClientTest, DescriptorExhaustionNeverLeavesTheWorkerUnreachable) {
          daemon.log().find("\"stopped\"") == std::string::npos &&
          daemon.log().find(" stopped") == std::string::npos) {
     auto fresh = WorkerConnection::Open(
-        Address(daemon), Credentials::Insecure(), {.own_connection = true});
+        daemon.address(), Credentials::Insecure(), {.own_connection = true});
     served = (*fresh)->IdleTime(seconds(1)).ok();
     if (!served) std::this_thread::sleep_for(milliseconds(200));
   }

@@ -19,7 +19,6 @@
 namespace cfdb::worker {
 namespace {
 
-using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::CollectingJob;
 using testing::Command;
@@ -27,8 +26,13 @@ using testing::Daemon;
 using testing::ExecRequest;
 using ::testing::HasSubstr;
 
-std::string Address(const Daemon& daemon) {
-  return absl::StrCat("127.0.0.1:", daemon.port());
+// WaitIdleFor waits until the worker at `address` has been idle `seconds`.
+void WaitIdleFor(const std::string& address, double seconds_idle,
+                 const Credentials& credentials = Credentials::Insecure()) {
+  auto connection = WorkerConnection::Open(address, credentials);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return (*connection)->IdleTime(seconds(5)).value_or(0) >= seconds_idle;
+  }));
 }
 
 // ReapLines runs `reap ARGS --format json` and returns its exit code and
@@ -78,32 +82,33 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
   Daemon below({"--idle-timeout-seconds", "0"});
   LegacyServer legacy;
   const std::string unreachable = "127.0.0.1:1";
-  auto busy_connection = WorkerConnection::Open(Address(busy));
+  auto busy_connection = WorkerConnection::Open(busy.address());
   std::thread job([&] {
     (void)(*busy_connection)->Dispatch(ExecRequest({"sleep", "4"}), {});
   });
   ASSERT_TRUE(testing::WaitFor([&] {
     return (*busy_connection)->IdleTime(seconds(1)).value_or(1) == 0;
   }));
-  std::this_thread::sleep_for(milliseconds(1500));
-  auto below_connection = WorkerConnection::Open(Address(below));
+  WaitIdleFor(idle.address(), 1.3);
+  auto below_connection = WorkerConnection::Open(below.address());
   ASSERT_TRUE((*below_connection)->Dispatch(ExecRequest({"true"}), {}).ok());
   // Its end reaches us a moment before the job leaves the docket.
   ASSERT_TRUE(testing::WaitFor([&] {
     return (*below_connection)->IdleTime(seconds(1)).value_or(0) > 0;
   }));
 
-  auto [outcome, lines] = ReapJson(
-      {"--idle-threshold-seconds", "1.2", "--grace-seconds", "5", Address(idle),
-       Address(busy), Address(below), legacy.address(), unreachable});
+  auto [outcome, lines] =
+      ReapJson({"--idle-threshold-seconds", "1.2", "--grace-seconds", "5",
+                idle.address(), busy.address(), below.address(),
+                legacy.address(), unreachable});
   job.join();
   EXPECT_EQ(outcome, JobOutcome::Exited(1)) << "one could not be polled";
   ASSERT_EQ(lines.size(), 5u);
-  EXPECT_EQ(lines[Address(idle)]["action"], "stopped");
-  EXPECT_GE(lines[Address(idle)]["idle_seconds"].get<double>(), 1.2);
-  EXPECT_EQ(lines[Address(idle)]["drained"], 0);
-  EXPECT_EQ(lines[Address(busy)]["action"], "kept busy");
-  EXPECT_EQ(lines[Address(below)]["action"], "kept below threshold");
+  EXPECT_EQ(lines[idle.address()]["action"], "stopped");
+  EXPECT_GE(lines[idle.address()]["idle_seconds"].get<double>(), 1.2);
+  EXPECT_EQ(lines[idle.address()]["drained"], 0);
+  EXPECT_EQ(lines[busy.address()]["action"], "kept busy");
+  EXPECT_EQ(lines[below.address()]["action"], "kept below threshold");
   EXPECT_EQ(lines[legacy.address()]["action"], "skipped");
   EXPECT_EQ(lines[legacy.address()]["error_kind"], "idle unavailable");
   EXPECT_EQ(lines[unreachable]["action"], "poll failed");
@@ -119,20 +124,21 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
 TEST(ReapTest, ADryRunStopsNothing) {
   Daemon a({"--idle-timeout-seconds", "0"});
   Daemon b({"--idle-timeout-seconds", "0"});
-  std::this_thread::sleep_for(milliseconds(300));
+  WaitIdleFor(a.address(), 0.15);
+  WaitIdleFor(b.address(), 0.15);
   JobRequest request = Command({"reap", "--idle-threshold-seconds", "0.1",
                                 "--dry-run", "--addresses-from", "-"});
   MutableExec(request).stdin_data =
-      absl::StrCat("# the fleet\n", Address(a), "\n\n", Address(b), "\n");
+      absl::StrCat("# the fleet\n", a.address(), "\n\n", b.address(), "\n");
   CollectingJob reap(request);
   EXPECT_EQ(RunExec(reap), JobOutcome::Exited(0)) << reap.err();
   const std::vector<std::string> lines =
       absl::StrSplit(reap.out(), '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 2u) << reap.out();
-  EXPECT_THAT(lines[0], ::testing::StartsWith(Address(a) + " dry-run idle="));
-  EXPECT_THAT(lines[1], ::testing::StartsWith(Address(b) + " dry-run idle="));
+  EXPECT_THAT(lines[0], ::testing::StartsWith(a.address() + " dry-run idle="));
+  EXPECT_THAT(lines[1], ::testing::StartsWith(b.address() + " dry-run idle="));
   for (Daemon* d : {&a, &b}) {
-    auto c = WorkerConnection::Open(Address(*d));
+    auto c = WorkerConnection::Open(d->address());
     EXPECT_TRUE((*c)->IdleTime(seconds(2)).ok()) << "still serving";
   }
 }
@@ -150,15 +156,15 @@ TEST(ReapTest, PermissionDeniedIsSaidByKind) {
                  "--tls-key", worker.key, "--idle-timeout-seconds", "0",
                  "--tls-admit-control", "api.cfdb.internal",
                  "--tls-admit-observe", "reaper.cfdb.internal"});
-  std::this_thread::sleep_for(milliseconds(200));
+  WaitIdleFor(daemon.address(), 0.15, pki.Mtls(observer));
   for (const auto& [pem, action] :
        {std::pair{&observer, "stop failed"}, {&stranger, "poll failed"}}) {
     auto [outcome, lines] = ReapJson(
         {"--idle-threshold-seconds", "0.1", "--tls-ca", pki.ca().cert,
-         "--tls-cert", pem->cert, "--tls-key", pem->key, Address(daemon)});
+         "--tls-cert", pem->cert, "--tls-key", pem->key, daemon.address()});
     EXPECT_EQ(outcome, JobOutcome::Exited(1));
-    EXPECT_EQ(lines[Address(daemon)]["action"], action);
-    EXPECT_EQ(lines[Address(daemon)]["error_kind"], "permission denied");
+    EXPECT_EQ(lines[daemon.address()]["action"], action);
+    EXPECT_EQ(lines[daemon.address()]["error_kind"], "permission denied");
   }
 }
 

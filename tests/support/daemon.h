@@ -69,6 +69,8 @@ class Daemon {
   std::string log() { return job_.err(); }
   bool WaitForLog(std::string_view text) { return job_.WaitForOutput(text); }
   int port() const { return port_; }
+  // address is the TCP address clients dial: "127.0.0.1:PORT".
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   pid_t pid() const { return pid_; }
 
  private:

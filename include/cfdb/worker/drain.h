@@ -21,6 +21,11 @@
 
 namespace cfdb::worker {
 
+// GraceFromSeconds turns a grace as the wire and the CLI give it (double
+// seconds; the caller refuses NaN) into a StopRequest's
+// grace: negative stays negative (no limit), the rest is ToDuration.
+Duration GraceFromSeconds(double seconds);
+
 // StopRequest is one request to stop a worker.
 struct StopRequest {
   // Who asked, for the exit log: "SIGTERM", "stop rpc", "max lifetime", ...
