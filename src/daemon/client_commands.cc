@@ -122,11 +122,9 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   MutableExec(request).cwd = dispatch.cwd;
   MutableExec(request).time_limit =
       ToDuration(Seconds(dispatch.time_limit_seconds));
-  if (dispatch.read_stdin && !isatty(STDIN_FILENO)) {
-    MutableExec(request).stdin_data.assign(
-        std::istreambuf_iterator<char>(std::cin),
-        std::istreambuf_iterator<char>());
-  }
+  // Stdin is streamed unless it is a terminal (as before: a job should not
+  // wait on someone's keyboard by accident) or --no-stdin says no.
+  const bool stream_stdin = dispatch.read_stdin && !isatty(STDIN_FILENO);
   auto connection = Connect(options.address, options);
   if (!connection.ok()) {
     return Fail(Rpc::kDispatch, options.address, connection.status());
@@ -138,9 +136,14 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   };
   std::optional<Duration> timeout;
   if (options.timeout > Duration::zero()) timeout = options.timeout;
-  absl::StatusOr<JobOutcome> outcome = WithRetries(
-      options.attempts, Rpc::kDispatch,
-      [&] { return (*connection)->Dispatch(request, callbacks, timeout); });
+  absl::StatusOr<JobOutcome> outcome =
+      WithRetries(options.attempts, Rpc::kDispatch, [&] {
+        return stream_stdin
+                   ? (*connection)
+                         ->DispatchStream(request, STDIN_FILENO, callbacks,
+                                          timeout)
+                   : (*connection)->Dispatch(request, callbacks, timeout);
+      });
   if (!outcome.ok())
     return Fail(Rpc::kDispatch, options.address, outcome.status());
   if (outcome->kind == JobOutcome::Kind::kFailed) {

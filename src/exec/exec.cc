@@ -165,8 +165,11 @@ void DropPrivileges(const ChildPlan& plan) {
 
 // Child runs in the vforked child and never returns.
 [[noreturn]] void Child(const ChildPlan& plan) {
-  // Its own process group, so a cancel reaches what it starts too.
-  if (setpgid(0, 0) != 0) Fail(plan, ChildError::kSetup, errno);
+  // Its own session and process group, so a cancel reaches what it starts
+  // too, and no process of another job can join its group (setpgid works
+  // only within a session): a process that escapes its job's group cannot
+  // hide in a group the leftover sweep spares.
+  if (setsid() < 0) Fail(plan, ChildError::kSetup, errno);
   // Dies with the thread that spawned it, so a worker killed outright
   // (SIGKILL, the OOM killer) does not leave it running; RunExec's caller
   // blocks until the program is reaped, so that thread outlives it. The
@@ -414,7 +417,7 @@ class RunningProgram {
     if (limit > Duration::zero()) {
       time_limit_at_ = std::chrono::steady_clock::now() + limit;
     }
-    if (spec.stdin_data.empty()) stdin_.Reset();
+    if (spec.stdin_data.empty() && !stdin_more_) stdin_.Reset();
     if (stdin_) SetNonBlocking(stdin_.get());
     for (Output& o : outputs_) {
       SetNonBlocking(o.fd.get());
@@ -451,6 +454,7 @@ class RunningProgram {
         cancel_reason_ = Failure::kTimeLimitExceeded;
       }
       if (cancel_reason_) {
+        CloseStdin();
         term_sent_ = Signal(SIGTERM);
         kill_at_ = now + ctx_.kill_grace();
       }
@@ -538,7 +542,14 @@ class RunningProgram {
     for (int i = 0; i < 2; ++i) {
       if (outputs_[i].fd) out_at[i] = watch(outputs_[i].fd.get(), POLLIN);
     }
-    const size_t in_at = stdin_ ? watch(stdin_.get(), POLLOUT) : none;
+    // With input in hand, wait for room in the pipe; else for the next chunk
+    // (and for the program closing its stdin, which poll reports as POLLERR
+    // whatever the events asked for).
+    const bool in_hand = !stdin_pending_.empty();
+    const size_t in_at =
+        stdin_ ? watch(stdin_.get(), in_hand ? POLLOUT : 0) : none;
+    const size_t feed_at =
+        stdin_ && !in_hand ? watch(ctx_.stdin_fd(), POLLIN) : none;
     const size_t pid_at = pidfd_ ? watch(pidfd_.get(), POLLIN) : none;
     if (!cancel_reason_) watch(ctx_.cancel_fd(), POLLIN);
 
@@ -563,26 +574,63 @@ class RunningProgram {
         ReadChunk(outputs_[i]);
       }
     }
-    if (in_at != none && fds[in_at].revents != 0) WriteStdin();
+    if (in_at != none && !in_hand && fds[in_at].revents != 0) {
+      CloseStdin();  // only POLLERR wakes that
+    } else if ((in_at != none && fds[in_at].revents != 0) ||
+               (feed_at != none && fds[feed_at].revents != 0)) {
+      WriteStdin();
+    }
     if (pid_at == none || fds[pid_at].revents != 0) Reap(pid_at != none);
   }
 
+  // WriteStdin writes what input is in hand into the program's stdin, taking
+  // the next streamed chunk whenever the last is written, until the pipe is
+  // full or no chunk is waiting. At the end of the input, or when the
+  // program closed its stdin, the pipe is closed; a job cancelled or past
+  // its time limit takes no more input either.
   void WriteStdin() {
-    const std::string& data = spec_.stdin_data;
-    const ssize_t n = write(stdin_.get(), data.data() + stdin_written_,
-                            data.size() - stdin_written_);
-    if (n > 0) stdin_written_ += static_cast<size_t>(n);
-    if (n < 0 && errno == EPIPE) {
-      // The program closed its stdin: consume this thread's SIGPIPE.
-      sigset_t pipe_set;
-      sigemptyset(&pipe_set);
-      sigaddset(&pipe_set, SIGPIPE);
-      const timespec zero{};
-      sigtimedwait(&pipe_set, nullptr, &zero);
+    while (stdin_) {
+      if (stdin_pending_.empty()) {
+        if (!stdin_more_) return CloseStdin();  // the end of the input
+        switch (ctx_.TakeStdin(stdin_chunk_)) {
+          case JobContext::StdinResult::kChunk:
+            stdin_pending_ = stdin_chunk_;
+            continue;
+          case JobContext::StdinResult::kEnd:
+            stdin_more_ = false;
+            continue;
+          case JobContext::StdinResult::kNotYet:
+            return;
+        }
+      }
+      const ssize_t n =
+          write(stdin_.get(), stdin_pending_.data(), stdin_pending_.size());
+      if (n > 0) {
+        stdin_pending_.remove_prefix(static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      if (n < 0 && errno == EPIPE) {
+        // The program closed its stdin: consume this thread's SIGPIPE.
+        sigset_t pipe_set;
+        sigemptyset(&pipe_set);
+        sigaddset(&pipe_set, SIGPIPE);
+        const timespec zero{};
+        sigtimedwait(&pipe_set, nullptr, &zero);
+      }
+      return CloseStdin();
     }
-    if (stdin_written_ == data.size() || (n < 0 && errno != EAGAIN)) {
-      stdin_.Reset();
-    }
+  }
+
+  // CloseStdin closes the program's stdin: at the end of its input, or
+  // before it (the program closed its end or exited, or the job is
+  // cancelled), which the client then hears of (JobContext::CloseStdin).
+  void CloseStdin() {
+    stdin_.Reset();
+    stdin_pending_ = {};
+    if (stdin_more_) ctx_.CloseStdin();
+    stdin_more_ = false;
   }
 
   // Reap collects the program once it has exited. `known_exited` is true
@@ -598,6 +646,7 @@ class RunningProgram {
     // been reused: kill whatever it left behind, then reap it, then what
     // left the group (now re-parented to the worker) or stays in the cgroup.
     killpg(pid_, SIGKILL);
+    CloseStdin();  // input still streaming in is no longer wanted
     while (waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
     }
     {
@@ -650,7 +699,11 @@ class RunningProgram {
   int left_killed_ = 0;
   Fd pidfd_;
   Fd stdin_;
-  size_t stdin_written_ = 0;
+  // Input not yet written: the rest of the request's stdin, then of the
+  // streamed chunk in stdin_chunk_ (a buffer reused for every chunk).
+  std::string_view stdin_pending_ = spec_.stdin_data;
+  std::string stdin_chunk_;
+  bool stdin_more_ = ctx_.stdin_streamed();  // more chunks may come
   Output outputs_[2];
   TimePoint time_limit_at_ = TimePoint::max();
   std::optional<Failure> cancel_reason_;

@@ -57,15 +57,23 @@ class CallTracker {
 // are not one (malformed, or a string field that is not UTF-8), CANCELLED
 // when no request arrived at all (the stream ended first: gRPC still runs
 // the handler of a raw method).
+// ParseInto parses `bytes` into `message`, reusing what it holds; false
+// when they are not one (or there are none).
+inline bool ParseInto(const grpc::ByteBuffer& bytes,
+                      google::protobuf::Message& message) {
+  if (!bytes.Valid()) return false;
+  grpc::ByteBuffer copy(bytes);  // shares the slices
+  grpc::ProtoBufferReader reader(&copy);
+  return reader.status().ok() && message.ParseFromZeroCopyStream(&reader);
+}
+
 template <typename T>
 absl::StatusOr<T> Parse(const grpc::ByteBuffer& bytes) {
   if (!bytes.Valid()) {
     return absl::CancelledError("no request arrived: the client went away");
   }
-  grpc::ByteBuffer copy(bytes);  // shares the slices
-  grpc::ProtoBufferReader reader(&copy);
   T message;
-  if (!reader.status().ok() || !message.ParseFromZeroCopyStream(&reader)) {
+  if (!ParseInto(bytes, message)) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request is not a valid ", message.GetTypeName(),
                      " (malformed, or a string that is not UTF-8)"));

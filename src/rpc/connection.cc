@@ -1,12 +1,19 @@
 #include "cfdb/worker/connection.h"
 
 #include <grpc/support/time.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
+#include "core/errno_text.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rpc/unix_socket.h"
 #include "rpc/wire.h"
@@ -73,6 +80,20 @@ absl::Status CheckTimeout(Duration timeout, std::string_view what) {
   if (timeout <= Duration::zero()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), ": timeout must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+// CheckRequestSize refuses a request over the message limit here, once and
+// for good, rather than letting gRPC answer RESOURCE_EXHAUSTED, which reads
+// like "retry later".
+absl::Status CheckRequestSize(const v1::DispatchRequest& message) {
+  if (const size_t bytes = message.ByteSizeLong();
+      bytes > wire::kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request is ", bytes, " bytes, more than the limit of ",
+        wire::kMaxMessageBytes,
+        " bytes (stdin in the request counts; stream it instead)"));
   }
   return absl::OkStatus();
 }
@@ -178,29 +199,26 @@ absl::StatusOr<StopSummary> WorkerConnection::Stop(Duration grace,
   return StopSummary{reply.drained(), reply.cancelled()};
 }
 
-absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
-    const JobRequest& request, const DispatchCallbacks& callbacks,
-    std::optional<Duration> timeout) {
-  grpc::ClientContext context;
-  auto stubs = impl_->Begin(timeout, "dispatch", context);
-  if (!stubs.ok()) return stubs.status();
-  const v1::DispatchRequest message = wire::ToProto(request);
-  // Refused here, once and for good, rather than by gRPC as a
-  // RESOURCE_EXHAUSTED that reads like "retry later".
-  if (const size_t bytes = message.ByteSizeLong();
-      bytes > wire::kMaxMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the request is ", bytes, " bytes, more than the limit of ",
-        wire::kMaxMessageBytes, " bytes (stdin travels in the request)"));
-  }
-  std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
-      (*stubs)->worker->Dispatch(&context, message);
+namespace {
+
+// EventsRead is what a job's event stream said.
+struct EventsRead {
   std::optional<JobOutcome> outcome;
   bool accepted = false;
+};
+
+// ReadEvents reads a Dispatch or DispatchStream stream to its end, calling
+// `callbacks` and, for DispatchStream, `on_accepted` and `on_input_closed`.
+template <typename Stream>
+EventsRead ReadEvents(Stream& stream, const DispatchCallbacks& callbacks,
+                      const std::function<void()>& on_accepted = {},
+                      const std::function<void()>& on_input_closed = {}) {
+  EventsRead read;
   v1::DispatchEvent event;
-  while (reader->Read(&event)) {
+  while (stream.Read(&event)) {
     if (event.has_accepted()) {
-      accepted = true;
+      read.accepted = true;
+      if (on_accepted) on_accepted();
       if (callbacks.on_accepted) callbacks.on_accepted();
     } else if (event.has_output()) {
       if (callbacks.on_output) {
@@ -209,19 +227,144 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
                                 : OutputStream::kStdout,
                             event.output().data());
       }
-    } else if (!outcome) {
-      outcome = wire::OutcomeFromEvent(event);
+    } else if (event.has_input_closed()) {
+      if (on_input_closed) on_input_closed();
+    } else if (!read.outcome) {
+      read.outcome = wire::OutcomeFromEvent(event);
     }
   }
-  grpc::Status status = reader->Finish();
-  if (outcome) return *outcome;
+  return read;
+}
+
+// Conclude turns what a stream said and its status into Dispatch's result.
+absl::StatusOr<JobOutcome> Conclude(const EventsRead& read,
+                                    const grpc::Status& status,
+                                    absl::Status input_error = {}) {
+  if (read.outcome) return *read.outcome;
   absl::Status failure =
-      status.ok() ? absl::DataLossError(
-                        "the worker closed the stream without an outcome")
-                  : wire::FromGrpc(status);
+      !input_error.ok() ? std::move(input_error)
+      : status.ok()     ? absl::DataLossError(
+                              "the worker closed the stream without an outcome")
+                    : wire::FromGrpc(status);
   // After acceptance the job has started: say so in the status itself, so
   // that no caller mistakes the failure for "not started" (errors.h).
-  return accepted ? MarkAccepted(std::move(failure)) : failure;
+  return read.accepted ? MarkAccepted(std::move(failure)) : failure;
+}
+
+// StdinPump streams a descriptor into a DispatchStream call from a thread of
+// its own, a chunk per read(2), until the end of input (then half-closes),
+// a read error (then cancels the call), the call's end or Stop. gRPC's flow
+// control holds a Write until the worker has room, so the descriptor is read
+// only as fast as the job takes its input.
+class StdinPump {
+ public:
+  using Stream = grpc::ClientReaderWriter<v1::DispatchInput, v1::DispatchEvent>;
+
+  StdinPump(int fd, Stream& stream, grpc::ClientContext& context)
+      : fd_(fd),
+        stream_(stream),
+        context_(context),
+        wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~StdinPump() {
+    Stop();
+    Join();
+    if (wake_ >= 0) close(wake_);
+  }
+  StdinPump(const StdinPump&) = delete;
+  StdinPump& operator=(const StdinPump&) = delete;
+
+  void Start() {
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  }
+  // Stop makes the pump stop reading; returns at once.
+  void Stop() {
+    const uint64_t one = 1;
+    if (wake_ >= 0) (void)!write(wake_, &one, sizeof one);
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // error is the read error that ended the input, if any; after Join.
+  const absl::Status& error() const { return error_; }
+
+ private:
+  void Run() {
+    v1::DispatchInput message;
+    std::unique_ptr<char[]> buffer(
+        new char[WorkerConnection::kStdinChunkBytes]);
+    for (;;) {
+      pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
+      if (poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return Fail(absl::StrCat("poll: ", ErrnoText(errno)));
+      }
+      if (fds[1].revents != 0) return;
+      const ssize_t n =
+          read(fd_, buffer.get(), WorkerConnection::kStdinChunkBytes);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n < 0) return Fail(absl::StrCat("reading stdin: ", ErrnoText(errno)));
+      if (n == 0) {
+        message.mutable_end_of_input();
+        if (stream_.Write(message)) stream_.WritesDone();
+        return;
+      }
+      message.set_stdin(buffer.get(), static_cast<size_t>(n));
+      if (!stream_.Write(message)) return;  // the call is over
+    }
+  }
+
+  void Fail(const std::string& message) {
+    error_ = absl::InternalError(message);
+    context_.TryCancel();
+  }
+
+  const int fd_;
+  Stream& stream_;
+  grpc::ClientContext& context_;
+  const int wake_;  // an eventfd: readable once stopped
+  absl::Status error_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
+    const JobRequest& request, const DispatchCallbacks& callbacks,
+    std::optional<Duration> timeout) {
+  grpc::ClientContext context;
+  auto stubs = impl_->Begin(timeout, "dispatch", context);
+  if (!stubs.ok()) return stubs.status();
+  const v1::DispatchRequest message = wire::ToProto(request);
+  if (absl::Status s = CheckRequestSize(message); !s.ok()) return s;
+  std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
+      (*stubs)->worker->Dispatch(&context, message);
+  const EventsRead read = ReadEvents(*reader, callbacks);
+  return Conclude(read, reader->Finish());
+}
+
+absl::StatusOr<JobOutcome> WorkerConnection::DispatchStream(
+    const JobRequest& request, int stdin_fd, const DispatchCallbacks& callbacks,
+    std::optional<Duration> timeout) {
+  grpc::ClientContext context;
+  auto stubs = impl_->Begin(timeout, "dispatch", context);
+  if (!stubs.ok()) return stubs.status();
+  v1::DispatchInput first;
+  *first.mutable_request() = wire::ToProto(request);
+  if (absl::Status s = CheckRequestSize(first.request()); !s.ok()) return s;
+  std::unique_ptr<StdinPump::Stream> stream =
+      (*stubs)->worker->DispatchStream(&context);
+  StdinPump pump(stdin_fd, *stream, context);
+  EventsRead read;
+  if (stream->Write(first)) {
+    // Input is read only once the job is accepted, so a refused call (which
+    // a caller may retry) has consumed none of it.
+    read = ReadEvents(
+        *stream, callbacks, [&pump] { pump.Start(); },
+        [&pump] { pump.Stop(); });
+  }
+  pump.Stop();
+  pump.Join();
+  return Conclude(read, stream->Finish(), pump.error());
 }
 
 absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(

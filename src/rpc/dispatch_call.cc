@@ -3,6 +3,9 @@
 // Nothing here blocks inside a reaction.
 #include "rpc/dispatch_call.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <deque>
 #include <memory>
 #include <optional>
@@ -28,8 +31,6 @@ constexpr std::size_t kOutboxLimitBytes = std::size_t{256} * 1024;
 // Refusals come in floods from retrying clients (docket full) or hostile
 // ones: one line per status code per this long, with a count of the rest.
 constexpr Duration kRefusalLogEvery = std::chrono::seconds(10);
-
-class DispatchReactor;
 
 // RefusalLog decides which refusals are logged. Thread-safe.
 class RefusalLog {
@@ -79,12 +80,34 @@ void LogRefusal(const std::string& job_id, const absl::Status& status) {
       {{"job_id", id}, {"grpc_code", absl::StatusCodeToString(status.code())}});
 }
 
-// StreamJob is a job whose events go to one Dispatch stream. It outlives the
+// CallSide is what a StreamJob needs of its call's reactor. Reactions of
+// gRPC may run inline, so StreamJob calls these without holding its lock.
+class CallSide {
+ public:
+  virtual void WriteEvent(const grpc::ByteBuffer* bytes) = 0;
+  virtual void FinishCall(const grpc::Status& status) = 0;
+  // ReadInput starts reading the next DispatchInput (DispatchStream only).
+  virtual void ReadInput(grpc::ByteBuffer* into) = 0;
+
+ protected:
+  ~CallSide() = default;
+};
+
+// StreamJob is a job whose events go to one Dispatch or DispatchStream
+// stream, and whose stdin, for DispatchStream, comes from it. It outlives the
 // reactor when the client goes first; `reactor_` is null from then on.
 class StreamJob final : public Job {
  public:
-  StreamJob(JobRequest request, Duration kill_grace, DispatchReactor* reactor)
-      : Job(std::move(request), kill_grace), reactor_(reactor) {}
+  StreamJob(JobRequest request, Duration kill_grace, CallSide* reactor,
+            bool stdin_streamed)
+      : Job(std::move(request), kill_grace),
+        reactor_(reactor),
+        stdin_streamed_(stdin_streamed),
+        stdin_fd_(stdin_streamed ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+                                 : -1) {}
+  ~StreamJob() override {
+    if (stdin_fd_ >= 0) close(stdin_fd_);
+  }
 
   void OnAccepted() override {
     v1::DispatchEvent accepted;
@@ -99,10 +122,20 @@ class StreamJob final : public Job {
     Push(wire::OutcomeEvent(outcome), /*terminal=*/true);
   }
 
+  bool stdin_streamed() const override { return stdin_streamed_; }
+  int stdin_fd() const override { return stdin_fd_; }
+  StdinResult TakeStdin(std::string& chunk) override;
+  void CloseStdin() override;
+
   // Called by the reactor.
   void WriteDone(bool ok);
   void ClientCancelled();
   void ReactorDone();
+  // StartInput reads the first stdin chunk (DispatchStream, once accepted).
+  void StartInput() { ReadNext(); }
+  // InputRead takes the DispatchInput a ReadInput asked for; `ok` false
+  // when the client half-closed (or the call ended).
+  void InputRead(bool ok);
 
  protected:
   // A cancelled job's output is discarded (RunExec drops it too), so the
@@ -125,9 +158,14 @@ class StreamJob final : public Job {
   void Push(v1::DispatchEvent event, bool terminal = false);
   // Kick starts the next write or finishes the call; call without mu_.
   void Kick();
+  // ReadNext starts the next input read unless one is in flight or no more
+  // is wanted; call without mu_.
+  void ReadNext();
+  // SetStdinReady makes stdin_fd readable (true) or not (false).
+  void SetStdinReady(bool ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
-  DispatchReactor* reactor_ ABSL_GUARDED_BY(mu_);
+  CallSide* reactor_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::DispatchEvent> outbox_ ABSL_GUARDED_BY(mu_);
   std::size_t outbox_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ByteBuffer writing_;  // the event of the write in flight
@@ -135,31 +173,61 @@ class StreamJob final : public Job {
   bool terminal_queued_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;  // client gone / write failed
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Not OK when the client broke the protocol: the call ends with it.
+  absl::Status violation_ ABSL_GUARDED_BY(mu_);
   CondVar room_;  // signalled when Emit may go on: room, broken or cancelled
+
+  // Streamed stdin: at most one read in flight and one chunk waiting.
+  const bool stdin_streamed_;
+  const int stdin_fd_;        // an eventfd, readable while not kNotYet
+  grpc::ByteBuffer reading_;  // the message of the read in flight
+  v1::DispatchInput input_;   // reused for every message read
+  std::string stdin_chunk_ ABSL_GUARDED_BY(mu_);
+  bool chunk_waiting_ ABSL_GUARDED_BY(mu_) = false;
+  bool in_read_ ABSL_GUARDED_BY(mu_) = false;
+  // Set while ReadNext starts a read outside the lock: Finish waits.
+  bool starting_read_ ABSL_GUARDED_BY(mu_) = false;
+  bool input_ended_ ABSL_GUARDED_BY(mu_) = !stdin_streamed_;  // no more
+  bool stdin_closed_ ABSL_GUARDED_BY(mu_) = false;  // the job took its last
 };
 
-class DispatchReactor final
-    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  DispatchReactor(Worker& worker, CallTracker& calls,
-                  absl::StatusOr<v1::DispatchRequest> request)
-      : calls_(calls) {
-    calls_.Started();
-    absl::StatusOr<JobRequest> job_request =
-        request.ok() ? wire::FromProto(*request) : request.status();
-    if (!job_request.ok()) {
-      LogRefusal(request.ok() ? request->job_id() : "", job_request.status());
-      Finish(wire::ToGrpc(job_request.status()));
-      return;
-    }
-    job_ = std::make_shared<StreamJob>(*std::move(job_request),
-                                       worker.options().task_kill_grace, this);
-    if (absl::Status s = worker.Dispatch(job_); !s.ok()) {
-      LogRefusal(request->job_id(), s);
-      job_.reset();
-      Finish(wire::ToGrpc(s));
-    }
+// StartJob hands the job of `request` to `worker`, its events to go to
+// `reactor`, and sets `job` to it first (its first event may be written,
+// and the write's reaction run, before Dispatch returns). On a refusal the
+// call is finished, the refusal logged and `job` left null.
+template <typename Reactor>
+void StartJob(Worker& worker, absl::StatusOr<v1::DispatchRequest> request,
+              Reactor* reactor, bool stdin_streamed,
+              std::shared_ptr<StreamJob>& job) {
+  absl::StatusOr<JobRequest> job_request =
+      request.ok() ? wire::FromProto(*request) : request.status();
+  if (!job_request.ok()) {
+    LogRefusal(request.ok() ? request->job_id() : "", job_request.status());
+    reactor->Finish(wire::ToGrpc(job_request.status()));
+    return;
   }
+  job = std::make_shared<StreamJob>(*std::move(job_request),
+                                    worker.options().task_kill_grace, reactor,
+                                    stdin_streamed);
+  if (absl::Status s = worker.Dispatch(job); !s.ok()) {
+    LogRefusal(request->job_id(), s);
+    job.reset();
+    reactor->Finish(wire::ToGrpc(s));
+  }
+}
+
+// JobReactor is what both calls' reactors share: a StreamJob's writes and
+// finish, and its reactions to the client's cancel and the call's end.
+template <typename Base>
+class JobReactor : public Base, public CallSide {
+ public:
+  explicit JobReactor(CallTracker& calls) : calls_(calls) { calls_.Started(); }
+
+  void WriteEvent(const grpc::ByteBuffer* bytes) override {
+    this->StartWrite(bytes);
+  }
+  void FinishCall(const grpc::Status& status) override { this->Finish(status); }
+  void ReadInput(grpc::ByteBuffer*) override {}
 
   void OnWriteDone(bool ok) override { job_->WriteDone(ok); }
   void OnCancel() override {
@@ -171,9 +239,66 @@ class DispatchReactor final
     delete this;
   }
 
- private:
+ protected:
   CallTracker& calls_;
   std::shared_ptr<StreamJob> job_;
+};
+
+// Dispatch: the request came with the call; events only.
+class DispatchReactor final
+    : public JobReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
+ public:
+  DispatchReactor(Worker& worker, CallTracker& calls,
+                  absl::StatusOr<v1::DispatchRequest> request)
+      : JobReactor(calls) {
+    StartJob(worker, std::move(request), this, false, job_);
+  }
+};
+
+// DispatchStream: the request is the first message, stdin chunks follow.
+class DispatchStreamReactor final
+    : public JobReactor<
+          grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>> {
+ public:
+  DispatchStreamReactor(Worker& worker, CallTracker& calls, Gate gate,
+                        grpc::CallbackServerContext* context)
+      : JobReactor(calls), worker_(worker), gate_(gate), context_(context) {
+    StartRead(&first_);
+  }
+
+  void ReadInput(grpc::ByteBuffer* into) override { StartRead(into); }
+
+  void OnReadDone(bool ok) override {
+    if (started_) {
+      if (job_) job_->InputRead(ok);
+      return;
+    }
+    started_ = true;
+    absl::StatusOr<v1::DispatchInput> input = gate_.Open<v1::DispatchInput>(
+        *context_, ok ? first_ : grpc::ByteBuffer(), MethodGroup::kControl,
+        "DispatchStream");
+    if (absl::IsPermissionDenied(input.status()) ||
+        absl::IsCancelled(input.status())) {
+      Finish(wire::ToGrpc(input.status()));
+      return;
+    }
+    absl::StatusOr<v1::DispatchRequest> request = absl::InvalidArgumentError(
+        "the first DispatchStream message must be a request");
+    if (!input.ok()) {
+      request = input.status();
+    } else if (input->has_request()) {
+      request = std::move(*input->mutable_request());
+    }
+    StartJob(worker_, std::move(request), this, true, job_);
+    if (job_) job_->StartInput();
+  }
+
+ private:
+  Worker& worker_;
+  Gate gate_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer first_;
+  bool started_ = false;  // the first message was read
 };
 
 Job::EmitResult StreamJob::Emit(OutputStream stream, std::string_view data,
@@ -205,12 +330,14 @@ void StreamJob::Push(v1::DispatchEvent event, bool terminal) {
 }
 
 void StreamJob::Kick() {
-  DispatchReactor* reactor = nullptr;
+  CallSide* reactor = nullptr;
   grpc::Status finish;
   bool write = false;
   {
     absl::MutexLock lock(&mu_);
-    if (in_write_ || finished_ || reactor_ == nullptr) return;
+    if (in_write_ || finished_ || starting_read_ || reactor_ == nullptr) {
+      return;
+    }
     if (!outbox_.empty() && !broken_) {
       outbox_bytes_ -= outbox_.front().ByteSizeLong();
       Serialize(outbox_.front(), &writing_);
@@ -221,9 +348,10 @@ void StreamJob::Kick() {
     } else if (broken_ || terminal_queued_) {
       // Everything up to the terminal event is written (or the client left).
       finished_ = true;
-      finish = broken_ ? grpc::Status(grpc::StatusCode::CANCELLED,
-                                      "the client went away; job cancelled")
-                       : grpc::Status::OK;
+      finish = !violation_.ok() ? wire::ToGrpc(violation_)
+               : broken_        ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                               "the client went away; job cancelled")
+                                : grpc::Status::OK;
     } else {
       return;
     }
@@ -232,9 +360,9 @@ void StreamJob::Kick() {
   // Outside the lock: a reaction may run inline. `in_write_` or `finished_`
   // keeps everyone else from touching the reactor meanwhile.
   if (write) {
-    reactor->StartWrite(&writing_);
+    reactor->WriteEvent(&writing_);
   } else {
-    reactor->Finish(finish);
+    reactor->FinishCall(finish);
   }
 }
 
@@ -266,12 +394,117 @@ void StreamJob::ReactorDone() {
   reactor_ = nullptr;
 }
 
+void StreamJob::SetStdinReady(bool ready) {
+  if (stdin_fd_ < 0) return;
+  uint64_t value = 1;
+  if (ready) {
+    (void)!write(stdin_fd_, &value, sizeof value);
+  } else {
+    (void)!read(stdin_fd_, &value, sizeof value);
+  }
+}
+
+void StreamJob::ReadNext() {
+  CallSide* reactor = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (in_read_ || chunk_waiting_ || input_ended_ || broken_ || finished_ ||
+        reactor_ == nullptr) {
+      return;
+    }
+    in_read_ = true;
+    starting_read_ = true;
+    reactor = reactor_;
+  }
+  reactor->ReadInput(&reading_);
+  {
+    absl::MutexLock lock(&mu_);
+    starting_read_ = false;
+  }
+  Kick();  // a Finish may have waited for the read to start
+}
+
+void StreamJob::InputRead(bool ok) {
+  const bool parsed = ok && ParseInto(reading_, input_) &&
+                      (input_.has_stdin() || input_.has_end_of_input());
+  {
+    absl::MutexLock lock(&mu_);
+    in_read_ = false;
+    if (stdin_closed_ || terminal_queued_ || finished_) {
+      // The job takes no more input: discard what comes, until the end.
+      if (!ok) return;
+    } else if (parsed && input_.has_stdin()) {
+      stdin_chunk_.swap(*input_.mutable_stdin());
+      chunk_waiting_ = true;
+      SetStdinReady(true);
+      return;
+    } else if (parsed) {  // end_of_input
+      input_ended_ = true;
+      SetStdinReady(true);
+      return;
+    } else {
+      // A read fails when the client half-closes and when the call is
+      // cancelled, and gRPC may not yet know which: either way the input
+      // was cut short (no end_of_input), so the job must not see its end.
+      violation_ = absl::InvalidArgumentError(
+          ok ? "a DispatchStream message after the first must be stdin or "
+               "end_of_input"
+             : "the input ended without end_of_input: cut short, so the job "
+               "was cancelled");
+      broken_ = true;
+    }
+  }
+  if (!parsed) {
+    room_.SignalAll();
+    Cancel();
+    Kick();
+    return;
+  }
+  ReadNext();
+}
+
+Job::StdinResult StreamJob::TakeStdin(std::string& chunk) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!chunk_waiting_) {
+      return input_ended_ ? StdinResult::kEnd : StdinResult::kNotYet;
+    }
+    chunk.swap(stdin_chunk_);
+    chunk_waiting_ = false;
+    if (!input_ended_) SetStdinReady(false);
+  }
+  ReadNext();
+  return StdinResult::kChunk;
+}
+
+void StreamJob::CloseStdin() {
+  bool tell = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stdin_streamed_ || stdin_closed_) return;
+    stdin_closed_ = true;
+    chunk_waiting_ = false;
+    tell = !input_ended_;
+  }
+  if (!tell) return;
+  v1::DispatchEvent closed;
+  closed.mutable_input_closed();
+  Push(std::move(closed));
+  ReadNext();
+}
+
 }  // namespace
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDispatch(
     Worker& worker, CallTracker& calls,
     absl::StatusOr<v1::DispatchRequest> request) {
   return new DispatchReactor(worker, calls, std::move(request));
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+StartDispatchStream(Worker& worker, CallTracker& calls, Gate gate,
+                    grpc::CallbackServerContext* context) {
+  return new DispatchStreamReactor(worker, calls, gate, context);
 }
 
 }  // namespace cfdb::worker

@@ -1,4 +1,5 @@
-// A Dispatch call: its job's events, in order, on one stream.
+// Dispatch and DispatchStream calls: a job's events, in order, on one
+// stream; for DispatchStream, its stdin from the same stream.
 #pragma once
 
 #include "cfdb/worker/v1/worker.pb.h"
@@ -15,5 +16,13 @@ namespace cfdb::worker {
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDispatch(
     Worker& worker, CallTracker& calls,
     absl::StatusOr<v1::DispatchRequest> request);
+
+// StartDispatchStream returns the reactor of a DispatchStream call: its
+// first message passes `gate` and is handed to `worker` as StartDispatch's
+// request is; then the job's stdin is read from the stream with flow control
+// (worker.proto).
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+StartDispatchStream(Worker& worker, CallTracker& calls, Gate gate,
+                    grpc::CallbackServerContext* context);
 
 }  // namespace cfdb::worker

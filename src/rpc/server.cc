@@ -35,7 +35,9 @@ namespace v1 = ::cfdb::worker::v1;
 
 using RawService = v1::Worker::WithRawCallbackMethod_Idle<
     v1::Worker::WithRawCallbackMethod_Stop<
-        v1::Worker::WithRawCallbackMethod_Dispatch<v1::Worker::Service>>>;
+        v1::Worker::WithRawCallbackMethod_Dispatch<
+            v1::Worker::WithRawCallbackMethod_DispatchStream<
+                v1::Worker::Service>>>>;
 
 // Service implements cfdb.worker.v1.Worker over raw bytes (see calls.h for
 // why), each call admitted before anything else happens.
@@ -103,6 +105,11 @@ class Service final : public RawService {
       return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
     }
     return StartDispatch(worker_, calls_, std::move(parsed));
+  }
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DispatchStream(
+      grpc::CallbackServerContext* ctx) override {
+    return StartDispatchStream(worker_, calls_, gate_, ctx);
   }
 
   CallTracker& calls() { return calls_; }

@@ -191,21 +191,6 @@ TEST(CliTest, DispatchExitsWith128PlusTheSignal) {
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(128 + SIGTERM));
 }
 
-// An over-limit request fails once and for good, saying its size and the
-// limit, however many attempts are allowed.
-TEST(CliTest, AnOverLimitRequestFailsOncePermanently) {
-  Daemon daemon({"--idle-timeout-seconds", "0"});
-  JobRequest dispatch = Command({"dispatch", "--address",
-                                 absl::StrCat("127.0.0.1:", daemon.port()),
-                                 "--attempts", "4", "--", "wc", "-c"});
-  MutableExec(dispatch).stdin_data.assign(70'000'000, '\0');
-  CollectingJob client(dispatch);
-  EXPECT_EQ(RunExec(client), JobOutcome::Exited(76));
-  EXPECT_THAT(client.err(), HasSubstr("rpc error (INVALID_ARGUMENT)"));
-  EXPECT_THAT(client.err(), HasSubstr("more than the limit of 67108864 bytes"));
-  EXPECT_THAT(client.err(), ::testing::Not(HasSubstr("attempt 1 of 4 failed")));
-}
-
 // --timeout passing after the job was accepted says the job started: never
 // "retry" (75).
 TEST(CliTest, TimeoutAfterAcceptanceSaysTheJobStarted) {

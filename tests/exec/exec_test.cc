@@ -1,6 +1,7 @@
 #include "cfdb/worker/exec.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -8,10 +9,12 @@
 
 #include <cerrno>
 #include <csignal>
+#include <deque>
 #include <fstream>
 #include <random>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/test_job.h"
@@ -51,6 +54,151 @@ TEST(ExecTest, RoundTripsSeveralMebibytesThroughCatByteExact) {
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(0));
   EXPECT_TRUE(job.out() == FindExec(job.request())->stdin_data)
       << "got " << job.out().size() << " bytes";
+}
+
+// StreamingJob is a job whose stdin is streamed (JobContext::TakeStdin):
+// the test pushes chunks and the end; the job counts what RunExec took and
+// whether it said the program's stdin closed early.
+class StreamingJob final : public Job {
+ public:
+  explicit StreamingJob(JobRequest request)
+      : Job(std::move(request), std::chrono::seconds(5)),
+        ready_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~StreamingJob() override { close(ready_fd_); }
+
+  void Push(std::string chunk) {
+    absl::MutexLock lock(&mu_);
+    chunks_.push_back(std::move(chunk));
+    Ready();
+  }
+  void End() {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    Ready();
+  }
+  int taken() {
+    absl::MutexLock lock(&mu_);
+    return taken_;
+  }
+  int closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+  std::string out() {
+    absl::MutexLock lock(&mu_);
+    return out_;
+  }
+
+  void OnAccepted() override {}
+  void OnOutcome(const JobOutcome&) override {}
+  EmitResult Emit(OutputStream, std::string_view data, TimePoint) override {
+    absl::MutexLock lock(&mu_);
+    out_.append(data);
+    return EmitResult::kSent;
+  }
+  bool stdin_streamed() const override { return true; }
+  int stdin_fd() const override { return ready_fd_; }
+  StdinResult TakeStdin(std::string& chunk) override {
+    absl::MutexLock lock(&mu_);
+    if (chunks_.empty()) {
+      if (ended_) return StdinResult::kEnd;
+      uint64_t value;
+      (void)!read(ready_fd_, &value, sizeof value);
+      return StdinResult::kNotYet;
+    }
+    chunk = std::move(chunks_.front());
+    chunks_.pop_front();
+    ++taken_;
+    return StdinResult::kChunk;
+  }
+  void CloseStdin() override {
+    absl::MutexLock lock(&mu_);
+    ++closed_;
+  }
+
+ private:
+  void Ready() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t one = 1;
+    (void)!write(ready_fd_, &one, sizeof one);
+  }
+
+  const int ready_fd_;
+  absl::Mutex mu_;
+  std::deque<std::string> chunks_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  int taken_ ABSL_GUARDED_BY(mu_) = 0;
+  int closed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string out_ ABSL_GUARDED_BY(mu_);
+};
+
+// The request's stdin goes first, then each chunk in order (an empty one
+// included), then the end closes the pipe; nothing is reported closed early.
+TEST(ExecTest, StreamedStdinFollowsTheRequestsInOrderThenEnds) {
+  JobRequest request = ExecRequest({"cat"});
+  MutableExec(request).stdin_data = "pre-";
+  StreamingJob job(request);
+  const std::string big = RandomBytes(3 << 20);
+  std::optional<JobOutcome> outcome;
+  std::thread runner([&] { outcome = RunExec(job); });
+  job.Push("a");
+  job.Push("");
+  job.Push("bc");
+  job.Push(big);
+  job.End();
+  runner.join();
+  EXPECT_EQ(*outcome, JobOutcome::Exited(0));
+  EXPECT_TRUE(job.out() == "pre-abc" + big) << job.out().size() << " bytes";
+  EXPECT_EQ(job.taken(), 4);
+  EXPECT_EQ(job.closed(), 0);
+}
+
+// A program that closes its stdin while input is still to come is reported
+// once (so the client stops sending) and runs on to its own end.
+TEST(ExecTest, AProgramClosingItsStreamedStdinIsReported) {
+  StreamingJob job(
+      ExecRequest({"sh", "-c", "exec 0<&-; sleep 0.2; echo still here"}));
+  job.Push(RandomBytes(1 << 20));
+  EXPECT_EQ(RunExec(job), JobOutcome::Exited(0));
+  EXPECT_EQ(job.out(), "still here\n");
+  EXPECT_EQ(job.closed(), 1);
+}
+
+// A chunk is taken only once the pipe took the last: a program that does
+// not read holds its input back at the first chunk (1 MiB is more than a
+// pipe holds). Waiting for input, the time limit still counts.
+TEST(ExecTest, StreamedStdinIsTakenOnlyAsTheProgramReads) {
+  JobRequest request = ExecRequest({"sleep", "300"});
+  MutableExec(request).time_limit = std::chrono::milliseconds(300);
+  StreamingJob job(request);
+  for (int i = 0; i < 8; ++i) job.Push(RandomBytes(1 << 20));
+  const JobOutcome outcome = RunExec(job);
+  EXPECT_EQ(outcome.failure, Failure::kTimeLimitExceeded);
+  EXPECT_EQ(job.taken(), 1);
+  EXPECT_EQ(job.closed(), 1) << "the client hears that no more is taken";
+
+  JobRequest silent = ExecRequest({"cat"});
+  MutableExec(silent).time_limit = std::chrono::milliseconds(200);
+  StreamingJob waiting(silent);
+  EXPECT_EQ(RunExec(waiting).failure, Failure::kTimeLimitExceeded);
+}
+
+// Each job is a session of its own, so no process of one job can move into
+// another running job's process group (setpgid works only within a
+// session), where the leftover sweep would spare it.
+TEST(ExecTest, AJobCannotJoinAnotherJobsProcessGroup) {
+  CollectingJob first(ExecRequest({"sh", "-c", "echo $$; exec sleep 300"}));
+  std::thread runner([&] { RunExec(first); });
+  ASSERT_TRUE(first.WaitForOutput("\n"));
+  const std::string group = first.out().substr(0, first.out().find('\n'));
+  CollectingJob second(ExecRequest(
+      {"/usr/bin/python3", "-c",
+       "import os, sys\ntry:\n  os.setpgid(0, int(sys.argv[1]))\n"
+       "  print('joined')\nexcept PermissionError:\n  print('refused')",
+       group}));
+  EXPECT_EQ(RunExec(second), JobOutcome::Exited(0)) << second.err();
+  EXPECT_EQ(second.out(), "refused\n");
+  first.Cancel();
+  runner.join();
 }
 
 TEST(ExecTest, ReportsExitCodeAndStderr) {

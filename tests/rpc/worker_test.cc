@@ -1,8 +1,10 @@
 // A real worker over a real channel: WorkerServer on port 0, WorkerConnection.
 #include "cfdb/worker/worker.h"
 
+#include <poll.h>
 #include <sys/resource.h>
 
+#include <cctype>
 #include <random>
 #include <thread>
 
@@ -17,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "support/feed.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -27,6 +30,7 @@ using std::chrono::seconds;
 using testing::ExecRequest;
 using ::testing::HasSubstr;
 using Failure = JobOutcome::Failure;
+namespace v1 = ::cfdb::worker::v1;
 
 constexpr auto kTimeout = seconds(30);
 
@@ -296,6 +300,130 @@ TEST_F(WorkerTest, EmbeddedKindRunsItsHandler) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(*outcome, JobOutcome::Exited(0));
   EXPECT_EQ(out, request.payload);
+}
+
+// RawStream drives DispatchStream with the generated stub, for what
+// WorkerConnection never sends: messages out of order, an input without its
+// end_of_input.
+struct RawStream {
+  explicit RawStream(int port)
+      : stub(v1::Worker::NewStub(
+            grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                grpc::InsecureChannelCredentials()))) {
+    context.set_deadline(std::chrono::system_clock::now() + kTimeout);
+    stream = stub->DispatchStream(&context);
+  }
+  void Request(std::vector<std::string> argv) {
+    v1::DispatchInput input;
+    input.mutable_request()->set_job_id("raw");
+    input.mutable_request()->set_kind("exec");
+    for (std::string& arg : argv) {
+      input.mutable_request()->mutable_exec()->add_argv(std::move(arg));
+    }
+    EXPECT_TRUE(stream->Write(input));
+  }
+  void Stdin(std::string bytes) {
+    v1::DispatchInput input;
+    input.set_stdin(std::move(bytes));
+    EXPECT_TRUE(stream->Write(input));
+  }
+  // Finish half-closes, reads every event and returns the call's status;
+  // `events` gets each event's case, `out` the output.
+  grpc::Status Finish() {
+    stream->WritesDone();
+    for (v1::DispatchEvent event; stream->Read(&event);) {
+      events.push_back(event.event_case());
+      if (event.has_output()) out += event.output().data();
+    }
+    return stream->Finish();
+  }
+
+  std::unique_ptr<v1::Worker::Stub> stub;
+  grpc::ClientContext context;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::DispatchInput, v1::DispatchEvent>>
+      stream;
+  std::vector<v1::DispatchEvent::EventCase> events;
+  std::string out;
+};
+
+// Only end_of_input ends a streamed input: a half-close without it has cut
+// the input short, and the job must never take that for its whole input.
+TEST_F(WorkerTest, AStreamedInputCutShortCancelsItsJob) {
+  RawStream raw(server_->port());
+  raw.Request({"sh", "-c", "cat; echo ' <- whole'"});
+  raw.Stdin("partial");
+  const grpc::Status status = raw.Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("end_of_input"));
+  EXPECT_THAT(raw.out, ::testing::Not(HasSubstr("whole")));
+  EXPECT_TRUE(worker_->docket().WaitEmptyUntil(
+      std::chrono::steady_clock::now() + kTimeout));
+  EXPECT_EQ(worker_->counts().cancelled, 1u);
+}
+
+// The request comes first and once; chunks after it.
+TEST_F(WorkerTest, DispatchStreamMessagesOutOfOrderAreInvalid) {
+  RawStream early(server_->port());
+  early.Stdin("too soon");
+  EXPECT_EQ(early.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(early.events.empty()) << "refused before any event";
+
+  RawStream twice(server_->port());
+  twice.Request({"cat"});
+  twice.Request({"cat"});
+  EXPECT_EQ(twice.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(worker_->docket().WaitEmptyUntil(
+      std::chrono::steady_clock::now() + kTimeout));
+  EXPECT_EQ(worker_->counts().succeeded, 0u);
+}
+
+// An embedded kind reads streamed stdin through its context: TakeStdin,
+// waiting on stdin_fd in poll(2) with the cancel descriptor.
+TEST_F(WorkerTest, AnEmbeddedKindReadsStreamedStdin) {
+  ASSERT_TRUE(
+      worker_
+          ->RegisterKind("upper",
+                         {.run =
+                              [](JobContext& ctx) {
+                                std::string chunk;
+                                for (;;) {
+                                  switch (ctx.TakeStdin(chunk)) {
+                                    case JobContext::StdinResult::kChunk:
+                                      for (char& c : chunk) c = std::toupper(c);
+                                      ctx.Emit(OutputStream::kStdout, chunk);
+                                      break;
+                                    case JobContext::StdinResult::kEnd:
+                                      return JobOutcome::Exited(0);
+                                    case JobContext::StdinResult::kNotYet: {
+                                      pollfd fds[2] = {
+                                          {ctx.stdin_fd(), POLLIN, 0},
+                                          {ctx.cancel_fd(), POLLIN, 0}};
+                                      poll(fds, 2, -1);
+                                      if (ctx.cancelled()) {
+                                        return JobOutcome::Failed(
+                                            Failure::kCancelled, "cancelled");
+                                      }
+                                    }
+                                  }
+                                }
+                              }})
+          .ok());
+  JobRequest request;
+  request.job_id = "upper";
+  request.kind = "upper";
+  const std::string input(300'000, 'q');
+  testing::Feed feed(input);
+  std::string out;
+  absl::StatusOr<JobOutcome> outcome = connection_->DispatchStream(
+      request, feed.read_fd(),
+      {.on_output = [&](OutputStream,
+                        std::string_view data) { out.append(data); }},
+      kTimeout);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, JobOutcome::Exited(0));
+  EXPECT_EQ(out, std::string(300'000, 'Q'));
 }
 
 TEST(WorkerNiceTest, ProgramsOfJobsRunAtTheAddedNiceValue) {

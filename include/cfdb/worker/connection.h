@@ -10,6 +10,7 @@
 // ClassifyError (errors.h) tells what they mean. Nothing here throws.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -83,6 +84,25 @@ class WorkerConnection final {
   absl::StatusOr<JobOutcome> Dispatch(const JobRequest& request,
                                       const DispatchCallbacks& callbacks,
                                       std::optional<Duration> timeout = {});
+
+  // DispatchStream runs `request` like Dispatch and streams the job's
+  // standard input from `stdin_fd` (DispatchStream RPC): the job starts at
+  // once, and the descriptor is read, a chunk of at most kStdinChunkBytes per
+  // read(2), only after the worker accepted the job and only as fast as the
+  // job takes its input; its end of file closes the job's stdin. Reading
+  // stops early when the worker says the job closed its stdin, or when the
+  // call ends. `timeout` bounds the whole call, input included, even while
+  // the descriptor has nothing to read. `stdin_fd` is not owned, and its
+  // flags are left alone; a blocking descriptor is fine. Errors as for
+  // Dispatch, plus INTERNAL (accepted) when reading the descriptor failed,
+  // which cancels the job. A worker that predates DispatchStream answers
+  // UNIMPLEMENTED.
+  absl::StatusOr<JobOutcome> DispatchStream(
+      const JobRequest& request, int stdin_fd,
+      const DispatchCallbacks& callbacks, std::optional<Duration> timeout = {});
+
+  // kStdinChunkBytes bounds one chunk of streamed stdin.
+  static constexpr std::size_t kStdinChunkBytes = std::size_t{256} * 1024;
 
   // ServingStatus is the worker's answer to gRPC's standard health check.
   enum class ServingStatus { kUnknown, kServing, kNotServing };

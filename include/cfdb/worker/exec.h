@@ -25,13 +25,15 @@ namespace cfdb::worker {
 inline constexpr char kExecKind[] = "exec";
 
 // ExecSpec is the job of the exec kind: a program started directly (no
-// shell) in its own process group. It travels in JobRequest::spec and
-// mirrors cfdb.worker.v1.ExecSpec.
+// shell) in a session and process group of its own. It travels in
+// JobRequest::spec and mirrors cfdb.worker.v1.ExecSpec.
 struct ExecSpec {
   std::vector<std::string> argv;           // non-empty; argv[0] via PATH
   std::map<std::string, std::string> env;  // the whole environment
   std::string cwd;                         // empty: the worker's own
-  std::string stdin_data;                  // written, then stdin closes
+  // Written to stdin first; then stdin closes, or, for a job with streamed
+  // stdin (JobContext::stdin_streamed), the streamed chunks follow.
+  std::string stdin_data;
   Duration time_limit = Duration::zero();  // zero: no limit
 };
 
@@ -80,8 +82,8 @@ ExecSpec& MutableExec(JobRequest& request);
 absl::Status ValidateExec(const JobRequest& request);
 
 // RunExec runs the request's ExecSpec: the program starts (vfork + execve,
-// no shell) in a new process group with the given environment, working
-// directory and standard input, default signal dispositions, no blocked
+// no shell) in a new session and process group with the given environment,
+// working directory and standard input, default signal dispositions, no blocked
 // signal and no descriptor but 0, 1 and 2, as `options.user` if set, in a
 // cgroup of its own where `options.containment` uses cgroups; it dies with
 // the calling thread (PR_SET_PDEATHSIG), which RunExec keeps until the
@@ -89,7 +91,11 @@ absl::Status ValidateExec(const JobRequest& request);
 // stdout and stderr are read as they come and passed to ctx.Emit in chunks
 // of at most 1 MiB (what the pipe holds when read); while Emit blocks (the
 // client reads slowly) the pipes are not read, so the program blocks too and
-// the worker's memory stays bounded.
+// the worker's memory stays bounded. Stdin is fed the same way round: the
+// request's stdin_data, then each streamed chunk (JobContext::TakeStdin)
+// only once the pipe has taken the last, so a program that reads slowly
+// slows its client; the pipe closes at the end of the input, and a program
+// that closes its stdin early is reported with JobContext::CloseStdin.
 //
 // Cancellation (ctx cancelled, or the time limit passed) sends SIGTERM to
 // the job's processes (its cgroup's; or the program, its process group and

@@ -106,6 +106,40 @@ class JobContext {
   // its own timers (e.g. a time limit) while it waits.
   virtual EmitResult Emit(OutputStream stream, std::string_view data,
                           TimePoint deadline = TimePoint::max()) = 0;
+
+  // Streamed standard input. A job dispatched with DispatchStream gets its
+  // stdin from the client chunk by chunk while it runs; for any other job
+  // stdin_streamed() is false, and whatever stdin it has is in its request.
+  // A transport that streams stdin overrides all four.
+  virtual bool stdin_streamed() const { return false; }
+
+  // StdinResult says what TakeStdin found.
+  enum class StdinResult {
+    kChunk,   // `chunk` holds the next bytes (possibly none)
+    kEnd,     // the client ended its input (or went away): no more will come
+    kNotYet,  // nothing has arrived yet: wait for stdin_fd() to be readable
+  };
+
+  // TakeStdin hands over the next chunk of streamed stdin by swapping it
+  // with `chunk` (so the caller's buffer is reused, not copied or freed).
+  // Taking a chunk lets the client send the next one: a job that takes its
+  // input only as fast as its program reads it holds at most one chunk in
+  // hand and one on its way. Call from one thread at a time. Without
+  // streamed stdin: kEnd.
+  virtual StdinResult TakeStdin(std::string& chunk) {
+    (void)chunk;
+    return StdinResult::kEnd;
+  }
+
+  // stdin_fd returns a descriptor that is readable while TakeStdin would
+  // return something other than kNotYet, for handlers that wait in poll(2);
+  // -1 without streamed stdin. Owned by the context.
+  virtual int stdin_fd() const { return -1; }
+
+  // CloseStdin says the job will take no more of its stdin (its program
+  // closed it): the client is told to stop sending, and what still arrives
+  // is discarded. Idempotent; a no-op without streamed stdin.
+  virtual void CloseStdin() {}
 };
 
 }  // namespace cfdb::worker
