@@ -474,6 +474,29 @@ check_ecs() {
   else
     failed "ecs: dispatch with the API's certificate: exit $jrc, 'id -u' printed '$uid'" "$(log_tail "$c")"
   fi
+
+  # What a job can reach under the template's setup: not the environment of
+  # PID 1 (the init, which got the PEMs in variables) or of any process not
+  # its own, no capability, no_new_privs, only fds 0-2 (and the shell's).
+  local reach rrc=0
+  reach=$(pod exec "$c" "${files[@]}" dispatch --address "127.0.0.1:$port" "${tls[@]}" \
+    --tls-cert /run/cfdb-test-client/api.pem --tls-key /run/cfdb-test-client/api.key \
+    --no-stdin -- /bin/sh -c '
+      leaks=""
+      for d in /proc/[0-9]*; do
+        [ "${d#/proc/}" = "$$" ] && continue
+        cat "$d/environ" >/dev/null 2>&1 && leaks="$leaks ${d}/environ"
+      done
+      grep -q "^CapEff:[[:space:]]*0*$" /proc/self/status || leaks="$leaks CapEff"
+      grep -q "^NoNewPrivs:[[:space:]]*1$" /proc/self/status || leaks="$leaks NoNewPrivs"
+      fds=$(ls /proc/self/fd | tr "\n" " ")   # ls: 0-2 and its own 3
+      [ "$fds" = "0 1 2 3 " ] || leaks="$leaks fds:$fds"
+      echo "reach:${leaks:- none}"' 2>&1) || rrc=$?
+  if [ $rrc -eq 0 ] && [ "$reach" = "reach: none" ]; then
+    ok "ecs: a job reads no other process's environment (PID 1's PEMs included), has no capability, no_new_privs, fds 0-2 only"
+  else
+    failed "ecs: a job reaches what it must not: exit $rrc, '$reach'" "$(log_tail "$c")"
+  fi
 }
 
 # A container ($STARTED) to test as PID 1 (no init) or under --init.

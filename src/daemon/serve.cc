@@ -328,7 +328,8 @@ int RunServe(const ServeConfig& config) {
   alarm(static_cast<unsigned>(kServerShutdownDeadline.count()) +
         kShutdownStallSeconds);
   (*server)->Shutdown(kServerShutdownDeadline);
-  alarm(0);
+  // The alarm stays armed to the process's end: the server's, the worker's
+  // and gRPC's own teardown (grpc_shutdown) run after this, on the way out.
   spdlog::info("stopped");
   // Not a clean retirement: the platform should know this task failed.
   return retirement.reason == ExitReason::kListenerLost ? kExitRuntimeFailure

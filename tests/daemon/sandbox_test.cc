@@ -262,9 +262,15 @@ std::vector<std::string> EscapeJob(Escape how, bool exit,
           absl::StrCat("import os, sys, time\n"
                        "worker_group = os.getpgid(os.getppid())\n"
                        "if os.fork() == 0:\n"
-                       "    ",
+                       // A job is a session of its own, so joining the
+                       // worker's group (another session) is refused now:
+                       // the process then stays in the job's group.
+                       "    try:\n"
+                       "        ",
                        move,
                        "\n"
+                       "    except PermissionError:\n"
+                       "        pass\n"
                        "    os.execvp('sleep', ['sleep', '",
                        marker,
                        "'])\n"

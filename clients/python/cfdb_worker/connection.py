@@ -104,6 +104,20 @@ def _serving(reply):
     return status == _SERVING
 
 
+# Channel options unless the caller gives its own: the message limit, and
+# keepalive pings a worker accepts (it allows one every >= 5 s, with or
+# without calls), so that a job silent for hours keeps its connection
+# through NATs and load balancers that drop idle flows, and a dead
+# connection is noticed (README, "Time and keepalive").
+_DEFAULT_OPTIONS = (
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30000),
+    ("grpc.keepalive_timeout_ms", 10000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
+
 class WorkerConnection:
     """Talks to one worker at `address` ("host:port", or "unix:PATH" for a
     worker's --uds socket, always without TLS). `credentials`
@@ -116,8 +130,10 @@ class WorkerConnection:
         if not address:
             raise ValueError("worker address is empty")
         self.address = address
-        channel_options = [("grpc.max_receive_message_length",
-                            _MAX_MESSAGE_BYTES)] + list(options)
+        given = {key for key, _ in options}
+        channel_options = [
+            option for option in _DEFAULT_OPTIONS if option[0] not in given
+        ] + list(options)
         if credentials is None or address.startswith("unix:"):
             self._channel = grpc.insecure_channel(address, channel_options)
         else:
