@@ -321,7 +321,10 @@ TEST_P(EscapeTest, NothingOfTheJobOutlivesIt) {
       "--task-kill-grace-seconds",
       "1",
       "--job-containment",
-      row.mode == Mode::kCgroup ? "cgroup" : "subreaper"};
+      row.mode == Mode::kSubreaper ? "subreaper" : "cgroup"};
+  if (row.mode == Mode::kCgroupAsWorkerUser) {
+    args.insert(args.end(), {"--worker-user", "10001"});
+  }
   if (row.end == End::kLifetime) {
     args.insert(args.end(), {"--max-lifetime-seconds", "3",
                              "--max-lifetime-grace-seconds", "1"});
@@ -392,10 +395,11 @@ std::vector<Row> Rows() {
                     End::kLifetime}) {
       rows.push_back({Mode::kSubreaper, escape, end});
     }
-    // Under cgroups the kernel holds every descendant: the exit and the
-    // time limit show both ways of ending.
+    // Under cgroups the kernel holds every descendant: the exit, the time
+    // limit and Stop(0) show the ways of ending.
     rows.push_back({Mode::kCgroup, escape, End::kExit});
     rows.push_back({Mode::kCgroup, escape, End::kTimeLimit});
+    rows.push_back({Mode::kCgroup, escape, End::kStop});
   }
   // A worker that dropped to its own user keeps its cgroup subtree.
   rows.push_back({Mode::kCgroupAsWorkerUser, Escape::kDoubleFork, End::kExit});
