@@ -2,11 +2,14 @@
 //
 // The policies read a Clock: the docket's idle time, and the serve loop's
 // poll cadence, lifetime and backoff waits. Production code uses SteadyClock;
-// tests use FakeClock and advance it by hand. The waits of running code (the
-// drain, output flow control, a job's time limit and kill grace) read
+// tests use FakeClock and advance it by hand. The waits of running code read
 // std::chrono::steady_clock directly, as only a real process can wait on
-// them; nothing measures an interval with std::chrono::system_clock, which
-// is for log timestamps only.
+// them: the drain, output and stdin flow control, a job's time limit and kill
+// grace (exec.cc), the leftover sweep (containment.cc) and cgroup removal
+// (cgroup.cc), the admission log's throttle (admission.cc), the metrics
+// interval (metrics.cc) and scale-in protection's renewals (scale_in.cc).
+// Nothing measures an interval with std::chrono::system_clock, which is for
+// log timestamps (and the job ids `dispatch` makes up) only.
 //
 //   FakeClock clock;
 //   Docket docket(clock, 4);
