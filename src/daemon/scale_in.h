@@ -92,7 +92,9 @@ class AgentClient {
 };
 
 // CurlAgentClient calls `$ECS_AGENT_URI/task-protection/v1/state` with
-// libcurl, each call bounded by `timeout`.
+// libcurl, each call bounded by `timeout`. libcurl.so.4 is loaded at the
+// first call, not linked; without it every call fails with
+// FAILED_PRECONDITION naming what is missing.
 std::unique_ptr<AgentClient> CurlAgentClient(std::string agent_uri,
                                              Duration timeout);
 

@@ -418,7 +418,11 @@ class RunningProgram {
       time_limit_at_ = std::chrono::steady_clock::now() + limit;
     }
     if (spec.stdin_data.empty() && !stdin_more_) stdin_.Reset();
-    if (stdin_) SetNonBlocking(stdin_.get());
+    if (stdin_) {
+      SetNonBlocking(stdin_.get());
+      // As large as the output pipes: fewer, larger writes of a chunk.
+      fcntl(stdin_.get(), F_SETPIPE_SZ, kPipeBytes);
+    }
     for (Output& o : outputs_) {
       SetNonBlocking(o.fd.get());
       fcntl(o.fd.get(), F_SETPIPE_SZ, kPipeBytes);

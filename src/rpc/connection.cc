@@ -299,18 +299,44 @@ class StdinPump {
         return Fail(absl::StrCat("poll: ", ErrnoText(errno)));
       }
       if (fds[1].revents != 0) return;
-      const ssize_t n =
-          read(fd_, buffer.get(), WorkerConnection::kStdinChunkBytes);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n < 0) return Fail(absl::StrCat("reading stdin: ", ErrnoText(errno)));
-      if (n == 0) {
+      bool end = false;
+      const size_t got = Fill(buffer.get(), end);
+      if (!error_.ok()) return;
+      if (got > 0) {
+        message.set_stdin(buffer.get(), got);
+        if (!stream_.Write(message)) return;  // the call is over
+      }
+      if (end) {
         message.mutable_end_of_input();
         if (stream_.Write(message)) stream_.WritesDone();
         return;
       }
-      message.set_stdin(buffer.get(), static_cast<size_t>(n));
-      if (!stream_.Write(message)) return;  // the call is over
     }
+  }
+
+  // Fill reads what the descriptor has at once, up to a chunk: a fast
+  // producer's input goes in few large messages, a trickle's at once.
+  // Sets `end` at the end of input; a read error fails the pump.
+  size_t Fill(char* buffer, bool& end) {
+    size_t got = 0;
+    while (got < WorkerConnection::kStdinChunkBytes) {
+      const ssize_t n =
+          read(fd_, buffer + got, WorkerConnection::kStdinChunkBytes - got);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+        pollfd more{fd_, POLLIN, 0};
+        if (poll(&more, 1, 0) != 1) break;
+      } else if (n == 0) {
+        end = true;
+        break;
+      } else if (errno != EINTR) {
+        if (errno != EAGAIN) {
+          Fail(absl::StrCat("reading stdin: ", ErrnoText(errno)));
+        }
+        break;
+      }
+    }
+    return got;
   }
 
   void Fail(const std::string& message) {

@@ -177,13 +177,17 @@ class StreamJob final : public Job {
   absl::Status violation_ ABSL_GUARDED_BY(mu_);
   CondVar room_;  // signalled when Emit may go on: room, broken or cancelled
 
-  // Streamed stdin: at most one read in flight and one chunk waiting.
+  // Streamed stdin: at most one read in flight and two chunks waiting (the
+  // next read starts as soon as a chunk arrives, not once the job took it,
+  // so the job need not wait a round trip for each chunk).
   const bool stdin_streamed_;
   const int stdin_fd_;        // an eventfd, readable while not kNotYet
   grpc::ByteBuffer reading_;  // the message of the read in flight
   v1::DispatchInput input_;   // reused for every message read
-  std::string stdin_chunk_ ABSL_GUARDED_BY(mu_);
+  std::string stdin_chunk_ ABSL_GUARDED_BY(mu_);  // TakeStdin's next
   bool chunk_waiting_ ABSL_GUARDED_BY(mu_) = false;
+  std::string stdin_next_ ABSL_GUARDED_BY(mu_);  // the one after it
+  bool next_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool in_read_ ABSL_GUARDED_BY(mu_) = false;
   // Set while ReadNext starts a read outside the lock: Finish waits.
   bool starting_read_ ABSL_GUARDED_BY(mu_) = false;
@@ -408,7 +412,7 @@ void StreamJob::ReadNext() {
   CallSide* reactor = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    if (in_read_ || chunk_waiting_ || input_ended_ || broken_ || finished_ ||
+    if (in_read_ || next_waiting_ || input_ended_ || broken_ || finished_ ||
         reactor_ == nullptr) {
       return;
     }
@@ -434,10 +438,16 @@ void StreamJob::InputRead(bool ok) {
       // The job takes no more input: discard what comes, until the end.
       if (!ok) return;
     } else if (parsed && input_.has_stdin()) {
-      stdin_chunk_.swap(*input_.mutable_stdin());
-      chunk_waiting_ = true;
-      SetStdinReady(true);
-      return;
+      // Into the first free slot; with the second filled, no read is
+      // started until the job takes one.
+      if (!chunk_waiting_) {
+        stdin_chunk_.swap(*input_.mutable_stdin());
+        chunk_waiting_ = true;
+        SetStdinReady(true);
+      } else {
+        stdin_next_.swap(*input_.mutable_stdin());
+        next_waiting_ = true;
+      }
     } else if (parsed) {  // end_of_input
       input_ended_ = true;
       SetStdinReady(true);
@@ -470,8 +480,13 @@ Job::StdinResult StreamJob::TakeStdin(std::string& chunk) {
       return input_ended_ ? StdinResult::kEnd : StdinResult::kNotYet;
     }
     chunk.swap(stdin_chunk_);
-    chunk_waiting_ = false;
-    if (!input_ended_) SetStdinReady(false);
+    if (next_waiting_) {
+      stdin_chunk_.swap(stdin_next_);
+      next_waiting_ = false;
+    } else {
+      chunk_waiting_ = false;
+      if (!input_ended_) SetStdinReady(false);
+    }
   }
   ReadNext();
   return StdinResult::kChunk;
@@ -484,6 +499,7 @@ void StreamJob::CloseStdin() {
     if (!stdin_streamed_ || stdin_closed_) return;
     stdin_closed_ = true;
     chunk_waiting_ = false;
+    next_waiting_ = false;
     tell = !input_ended_;
   }
   if (!tell) return;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
 #include "gmock/gmock.h"
@@ -165,6 +166,45 @@ TEST_F(StdinTest, TimeLimitAndTimeoutBoundASilentInput) {
   EXPECT_EQ(RunExec(timed), JobOutcome::Exited(73)) << timed.err();
   EXPECT_THAT(timed.err(), HasSubstr("accepted, deadline exceeded"));
   EXPECT_TRUE(daemon_.WaitForLog("outcome=CANCELLED")) << daemon_.log();
+}
+
+// Input and output stream as they are produced: each line comes back
+// while the input is still open (the next is written only once the last
+// came back), as in `producer | dispatch -- cat` with a producer that
+// never ends.
+TEST_F(StdinTest, EachLineComesBackWhileTheInputStaysOpen) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  absl::Mutex mu;
+  std::string out;
+  absl::StatusOr<JobOutcome> outcome;
+  std::thread client([&] {
+    outcome = Connect()->DispatchStream(
+        ExecRequest({"cat"}), fds[0],
+        {.on_output =
+             [&](OutputStream, std::string_view bytes) {
+               absl::MutexLock lock(&mu);
+               out.append(bytes);
+             }},
+        seconds(60));
+  });
+  std::string expected;
+  for (int line = 1; line <= 5; ++line) {
+    const std::string text = absl::StrCat("line ", line, "\n");
+    ASSERT_EQ(write(fds[1], text.data(), text.size()),
+              static_cast<ssize_t>(text.size()));
+    expected += text;
+    absl::MutexLock lock(&mu);
+    auto back = [&]()
+                    ABSL_SHARED_LOCKS_REQUIRED(mu) { return out == expected; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&back), absl::Seconds(30)))
+        << "line " << line << " did not come back; got '" << out << "'";
+  }
+  close(fds[1]);
+  client.join();
+  close(fds[0]);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, JobOutcome::Exited(0));
 }
 
 // While the job does not read, a producer that could write without end is

@@ -164,13 +164,13 @@ TEST(ExecTest, AProgramClosingItsStreamedStdinIsReported) {
 }
 
 // A chunk is taken only once the pipe took the last: a program that does
-// not read holds its input back at the first chunk (1 MiB is more than a
+// not read holds its input back at the first chunk (4 MiB is more than a
 // pipe holds). Waiting for input, the time limit still counts.
 TEST(ExecTest, StreamedStdinIsTakenOnlyAsTheProgramReads) {
   JobRequest request = ExecRequest({"sleep", "300"});
   MutableExec(request).time_limit = std::chrono::milliseconds(300);
   StreamingJob job(request);
-  for (int i = 0; i < 8; ++i) job.Push(RandomBytes(1 << 20));
+  for (int i = 0; i < 4; ++i) job.Push(RandomBytes(4 << 20));
   const JobOutcome outcome = RunExec(job);
   EXPECT_EQ(outcome.failure, Failure::kTimeLimitExceeded);
   EXPECT_EQ(job.taken(), 1);

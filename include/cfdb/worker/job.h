@@ -124,8 +124,8 @@ class JobContext {
   // with `chunk` (so the caller's buffer is reused, not copied or freed).
   // Taking a chunk lets the client send the next one: a job that takes its
   // input only as fast as its program reads it holds at most one chunk in
-  // hand and one on its way. Call from one thread at a time. Without
-  // streamed stdin: kEnd.
+  // hand, and the transport a bounded few on their way. Call from one thread at
+  // a time. Without streamed stdin: kEnd.
   virtual StdinResult TakeStdin(std::string& chunk) {
     (void)chunk;
     return StdinResult::kEnd;
