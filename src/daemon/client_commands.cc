@@ -1,4 +1,5 @@
 // `cfdb-worker idle|stop|dispatch`: the binary as a client of any worker.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -123,8 +124,15 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   MutableExec(request).time_limit =
       ToDuration(Seconds(dispatch.time_limit_seconds));
   // Stdin is streamed unless it is a terminal (as before: a job should not
-  // wait on someone's keyboard by accident) or --no-stdin says no.
-  const bool stream_stdin = dispatch.read_stdin && !isatty(STDIN_FILENO);
+  // wait on someone's keyboard by accident), it was closed, or --no-stdin
+  // says no. A stdin inherited from our parent has no close-on-exec flag
+  // (it survived the exec); a descriptor 0 that has one was opened in this
+  // process (gRPC's libraries open an eventfd before main), so the real
+  // stdin was closed (`<&-`) and fd 0 is not ours to read.
+  const int stdin_flags = fcntl(STDIN_FILENO, F_GETFD);
+  const bool stream_stdin = dispatch.read_stdin && stdin_flags != -1 &&
+                            (stdin_flags & FD_CLOEXEC) == 0 &&
+                            !isatty(STDIN_FILENO);
   auto connection = Connect(options.address, options);
   if (!connection.ok()) {
     return Fail(Rpc::kDispatch, options.address, connection.status());
@@ -144,6 +152,19 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
                                           timeout)
                    : (*connection)->Dispatch(request, callbacks, timeout);
       });
+  if (stream_stdin && absl::IsUnimplemented(outcome.status()) &&
+      !Accepted(outcome.status())) {
+    // A worker from before DispatchStream: none of stdin was read (that
+    // starts at acceptance), so it goes whole in the request, as it did.
+    spdlog::warn("{}: the worker predates streamed stdin; sending it whole",
+                 options.address);
+    MutableExec(request).stdin_data.assign(
+        std::istreambuf_iterator<char>(std::cin),
+        std::istreambuf_iterator<char>());
+    outcome = WithRetries(options.attempts, Rpc::kDispatch, [&] {
+      return (*connection)->Dispatch(request, callbacks, timeout);
+    });
+  }
   if (!outcome.ok())
     return Fail(Rpc::kDispatch, options.address, outcome.status());
   if (outcome->kind == JobOutcome::Kind::kFailed) {

@@ -1,4 +1,6 @@
 // cfdb-worker: the worker daemon (`serve`) and its client commands.
+#include <fcntl.h>
+
 #include <cmath>
 #include <deque>
 #include <fstream>
@@ -326,6 +328,16 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A standard descriptor started closed (`<&-`) would be the next one
+  // opened, a socket or an eventfd read as stdin or written as output: it
+  // reads as empty and discards instead, from /dev/null. (One that gRPC's
+  // libraries took before main is found by `dispatch`, by its flags.)
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) == -1 &&
+        open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) {
+      return cli::kExitRuntimeFailure;
+    }
+  }
   try {
     return Main(argc, argv);
   } catch (const std::exception& e) {

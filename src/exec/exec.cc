@@ -458,7 +458,7 @@ class RunningProgram {
         cancel_reason_ = Failure::kTimeLimitExceeded;
       }
       if (cancel_reason_) {
-        CloseStdin();
+        StopStdin();
         term_sent_ = Signal(SIGTERM);
         kill_at_ = now + ctx_.kill_grace();
       }
@@ -550,10 +550,11 @@ class RunningProgram {
     // (and for the program closing its stdin, which poll reports as POLLERR
     // whatever the events asked for).
     const bool in_hand = !stdin_pending_.empty();
+    const bool feeding = stdin_ && !cancel_reason_;
     const size_t in_at =
-        stdin_ ? watch(stdin_.get(), in_hand ? POLLOUT : 0) : none;
+        feeding ? watch(stdin_.get(), in_hand ? POLLOUT : 0) : none;
     const size_t feed_at =
-        stdin_ && !in_hand ? watch(ctx_.stdin_fd(), POLLIN) : none;
+        feeding && !in_hand ? watch(ctx_.stdin_fd(), POLLIN) : none;
     const size_t pid_at = pidfd_ ? watch(pidfd_.get(), POLLIN) : none;
     if (!cancel_reason_) watch(ctx_.cancel_fd(), POLLIN);
 
@@ -628,10 +629,19 @@ class RunningProgram {
   }
 
   // CloseStdin closes the program's stdin: at the end of its input, or
-  // before it (the program closed its end or exited, or the job is
-  // cancelled), which the client then hears of (JobContext::CloseStdin).
+  // before it (the program closed its end, or exited), which the client
+  // then hears of (StopStdin).
   void CloseStdin() {
+    StopStdin();
     stdin_.Reset();
+  }
+
+  // StopStdin takes no more input, telling the client if more could have
+  // come (JobContext::CloseStdin). A cancelled job stops here and keeps its
+  // pipe open until the program is reaped: closing it would hand the
+  // program an end of file on an input cut short, and a program that
+  // handles SIGTERM (or reads before it arrives) would take it for whole.
+  void StopStdin() {
     stdin_pending_ = {};
     if (stdin_more_) ctx_.CloseStdin();
     stdin_more_ = false;

@@ -240,7 +240,9 @@ EventsRead ReadEvents(Stream& stream, const DispatchCallbacks& callbacks,
 absl::StatusOr<JobOutcome> Conclude(const EventsRead& read,
                                     const grpc::Status& status,
                                     absl::Status input_error = {}) {
-  if (read.outcome) return *read.outcome;
+  // A read error cut the input short and cancelled the job: say so,
+  // rather than the cancellation it caused.
+  if (read.outcome && input_error.ok()) return *read.outcome;
   absl::Status failure =
       !input_error.ok() ? std::move(input_error)
       : status.ok()     ? absl::DataLossError(
@@ -252,7 +254,8 @@ absl::StatusOr<JobOutcome> Conclude(const EventsRead& read,
 }
 
 // StdinPump streams a descriptor into a DispatchStream call from a thread of
-// its own, a chunk per read(2), until the end of input (then half-closes),
+// its own, a chunk of what the descriptor has at once (up to
+// kStdinChunkBytes), until the end of input (then half-closes),
 // a read error (then cancels the call), the call's end or Stop. gRPC's flow
 // control holds a Write until the worker has room, so the descriptor is read
 // only as fast as the job takes its input.

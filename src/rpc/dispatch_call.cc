@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -17,6 +18,8 @@
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "core/log.h"
 #include "core/text.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "rpc/wire.h"
 
 namespace cfdb::worker {
@@ -27,6 +30,11 @@ namespace v1 = ::cfdb::worker::v1;
 // Output queued for one client beyond the message being written. Emit blocks
 // past this, which stalls the job and bounds the worker's memory per job.
 constexpr std::size_t kOutboxLimitBytes = std::size_t{256} * 1024;
+
+// The largest stdin chunk a DispatchStream message may carry (the client
+// sends at most 256 KiB), so that a job's input costs the worker a known
+// amount: two chunks waiting and one being parsed.
+constexpr uint32_t kMaxStdinChunkBytes = uint32_t{4} << 20;
 
 // Refusals come in floods from retrying clients (docket full) or hostile
 // ones: one line per status code per this long, with a count of the rest.
@@ -136,6 +144,15 @@ class StreamJob final : public Job {
   // InputRead takes the DispatchInput a ReadInput asked for; `ok` false
   // when the client half-closed (or the call ended).
   void InputRead(bool ok);
+  // Refuse finishes the call with `status` (the worker refused the job).
+  void Refuse(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      violation_ = status;
+      broken_ = true;
+    }
+    Kick();
+  }
 
  protected:
   // A cancelled job's output is discarded (RunExec drops it too), so the
@@ -161,6 +178,10 @@ class StreamJob final : public Job {
   // ReadNext starts the next input read unless one is in flight or no more
   // is wanted; call without mu_.
   void ReadNext();
+  enum class Input { kChunk, kEnd, kBad, kTooLarge };
+  // ParseInput reads the message of the last read: a stdin chunk (into
+  // incoming_), the end of input, or neither.
+  Input ParseInput();
   // SetStdinReady makes stdin_fd readable (true) or not (false).
   void SetStdinReady(bool ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -183,26 +204,25 @@ class StreamJob final : public Job {
   const bool stdin_streamed_;
   const int stdin_fd_;        // an eventfd, readable while not kNotYet
   grpc::ByteBuffer reading_;  // the message of the read in flight
-  v1::DispatchInput input_;   // reused for every message read
+  std::string incoming_;      // the chunk it carried, before its slot
   std::string stdin_chunk_ ABSL_GUARDED_BY(mu_);  // TakeStdin's next
   bool chunk_waiting_ ABSL_GUARDED_BY(mu_) = false;
   std::string stdin_next_ ABSL_GUARDED_BY(mu_);  // the one after it
   bool next_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool in_read_ ABSL_GUARDED_BY(mu_) = false;
-  // Set while ReadNext starts a read outside the lock: Finish waits.
-  bool starting_read_ ABSL_GUARDED_BY(mu_) = false;
+  // Reads being started outside the lock (ReadNext): Finish waits for 0.
+  int starting_reads_ ABSL_GUARDED_BY(mu_) = 0;
   bool input_ended_ ABSL_GUARDED_BY(mu_) = !stdin_streamed_;  // no more
   bool stdin_closed_ ABSL_GUARDED_BY(mu_) = false;  // the job took its last
 };
 
 // StartJob hands the job of `request` to `worker`, its events to go to
-// `reactor`, and sets `job` to it first (its first event may be written,
-// and the write's reaction run, before Dispatch returns). On a refusal the
-// call is finished, the refusal logged and `job` left null.
+// `reactor`, which holds the job from before Dispatch (its first event may
+// be written, and the write's reaction run, before Dispatch returns). A
+// refusal is logged and finishes the call.
 template <typename Reactor>
 void StartJob(Worker& worker, absl::StatusOr<v1::DispatchRequest> request,
-              Reactor* reactor, bool stdin_streamed,
-              std::shared_ptr<StreamJob>& job) {
+              Reactor* reactor, bool stdin_streamed) {
   absl::StatusOr<JobRequest> job_request =
       request.ok() ? wire::FromProto(*request) : request.status();
   if (!job_request.ok()) {
@@ -210,13 +230,15 @@ void StartJob(Worker& worker, absl::StatusOr<v1::DispatchRequest> request,
     reactor->Finish(wire::ToGrpc(job_request.status()));
     return;
   }
-  job = std::make_shared<StreamJob>(*std::move(job_request),
-                                    worker.options().task_kill_grace, reactor,
-                                    stdin_streamed);
+  auto job = std::make_shared<StreamJob>(*std::move(job_request),
+                                         worker.options().task_kill_grace,
+                                         reactor, stdin_streamed);
+  reactor->SetJob(job);
   if (absl::Status s = worker.Dispatch(job); !s.ok()) {
     LogRefusal(request->job_id(), s);
-    job.reset();
-    reactor->Finish(wire::ToGrpc(s));
+    job->Refuse(s);  // finishes the call, once, whatever came meanwhile
+  } else if (stdin_streamed) {
+    job->StartInput();
   }
 }
 
@@ -233,19 +255,47 @@ class JobReactor : public Base, public CallSide {
   void FinishCall(const grpc::Status& status) override { this->Finish(status); }
   void ReadInput(grpc::ByteBuffer*) override {}
 
-  void OnWriteDone(bool ok) override { job_->WriteDone(ok); }
+  void OnWriteDone(bool ok) override { job()->WriteDone(ok); }
+  // OnCancel may run at the same time as any other reaction, so the job
+  // is read under a lock; a cancel before the job exists is passed on by
+  // SetJob.
   void OnCancel() override {
-    if (job_) job_->ClientCancelled();
+    std::shared_ptr<StreamJob> cancelled;
+    {
+      absl::MutexLock lock(&job_mu_);
+      cancelled_ = true;
+      cancelled = job_;
+    }
+    if (cancelled) cancelled->ClientCancelled();
   }
   void OnDone() override {
-    if (job_) job_->ReactorDone();
+    if (std::shared_ptr<StreamJob> done = job()) done->ReactorDone();
     calls_.Done();
     delete this;
   }
 
+  void SetJob(std::shared_ptr<StreamJob> job) {
+    bool cancelled = false;
+    {
+      absl::MutexLock lock(&job_mu_);
+      job_ = job;
+      cancelled = cancelled_;
+    }
+    if (cancelled) job->ClientCancelled();
+  }
+
  protected:
+  std::shared_ptr<StreamJob> job() {
+    absl::MutexLock lock(&job_mu_);
+    return job_;
+  }
+
   CallTracker& calls_;
-  std::shared_ptr<StreamJob> job_;
+
+ private:
+  absl::Mutex job_mu_;
+  std::shared_ptr<StreamJob> job_ ABSL_GUARDED_BY(job_mu_);
+  bool cancelled_ ABSL_GUARDED_BY(job_mu_) = false;
 };
 
 // Dispatch: the request came with the call; events only.
@@ -255,7 +305,7 @@ class DispatchReactor final
   DispatchReactor(Worker& worker, CallTracker& calls,
                   absl::StatusOr<v1::DispatchRequest> request)
       : JobReactor(calls) {
-    StartJob(worker, std::move(request), this, false, job_);
+    StartJob(worker, std::move(request), this, false);
   }
 };
 
@@ -274,7 +324,7 @@ class DispatchStreamReactor final
 
   void OnReadDone(bool ok) override {
     if (started_) {
-      if (job_) job_->InputRead(ok);
+      if (std::shared_ptr<StreamJob> job = this->job()) job->InputRead(ok);
       return;
     }
     started_ = true;
@@ -293,8 +343,7 @@ class DispatchStreamReactor final
     } else if (input->has_request()) {
       request = std::move(*input->mutable_request());
     }
-    StartJob(worker_, std::move(request), this, true, job_);
-    if (job_) job_->StartInput();
+    StartJob(worker_, std::move(request), this, true);
   }
 
  private:
@@ -339,7 +388,7 @@ void StreamJob::Kick() {
   bool write = false;
   {
     absl::MutexLock lock(&mu_);
-    if (in_write_ || finished_ || starting_read_ || reactor_ == nullptr) {
+    if (in_write_ || finished_ || starting_reads_ > 0 || reactor_ == nullptr) {
       return;
     }
     if (!outbox_.empty() && !broken_) {
@@ -417,54 +466,93 @@ void StreamJob::ReadNext() {
       return;
     }
     in_read_ = true;
-    starting_read_ = true;
+    ++starting_reads_;
     reactor = reactor_;
   }
   reactor->ReadInput(&reading_);
   {
     absl::MutexLock lock(&mu_);
-    starting_read_ = false;
+    --starting_reads_;
   }
   Kick();  // a Finish may have waited for the read to start
 }
 
+StreamJob::Input StreamJob::ParseInput() {
+  // The common message, one `stdin` field, is read straight into
+  // `incoming_`, whose buffer is reused (a parse into a DispatchInput would
+  // free and allocate a chunk-sized string for every message).
+  Input input = Input::kBad;
+  {
+    grpc::ProtoBufferReader reader(&reading_);
+    google::protobuf::io::CodedInputStream in(&reader);
+    constexpr uint32_t kStdinTag = (2 << 3) | 2;  // field 2, length-delimited
+    uint32_t size = 0;
+    if (in.ReadTag() == kStdinTag && in.ReadVarint32(&size)) {
+      input = size > kMaxStdinChunkBytes ? Input::kTooLarge
+              : in.ReadString(&incoming_, static_cast<int>(size)) &&
+                      in.ReadTag() == 0
+                  ? Input::kChunk
+                  : Input::kBad;
+    }
+  }
+  if (input == Input::kBad) {  // anything else: the whole parse
+    v1::DispatchInput message;
+    if (ParseInto(reading_, message)) {
+      if (message.has_stdin()) {
+        input = message.stdin().size() > kMaxStdinChunkBytes ? Input::kTooLarge
+                                                             : Input::kChunk;
+        incoming_.swap(*message.mutable_stdin());
+      } else if (message.has_end_of_input()) {
+        input = Input::kEnd;
+      }
+    }
+  }
+  reading_.Clear();  // its slices go now, not at the next read
+  return input;
+}
+
 void StreamJob::InputRead(bool ok) {
-  const bool parsed = ok && ParseInto(reading_, input_) &&
-                      (input_.has_stdin() || input_.has_end_of_input());
+  const Input input = ok ? ParseInput() : Input::kBad;
   {
     absl::MutexLock lock(&mu_);
     in_read_ = false;
-    if (stdin_closed_ || terminal_queued_ || finished_) {
+    const bool unwanted = stdin_closed_ || terminal_queued_ || finished_;
+    if (!ok && unwanted) return;
+    if (input == Input::kChunk && unwanted) {
       // The job takes no more input: discard what comes, until the end.
-      if (!ok) return;
-    } else if (parsed && input_.has_stdin()) {
-      // Into the first free slot; with the second filled, no read is
-      // started until the job takes one.
+    } else if (input == Input::kChunk) {
+      // Into the first free slot (the consumed buffer there becomes the
+      // next to read into); with both filled no read is started until the
+      // job takes one.
       if (!chunk_waiting_) {
-        stdin_chunk_.swap(*input_.mutable_stdin());
+        stdin_chunk_.swap(incoming_);
         chunk_waiting_ = true;
         SetStdinReady(true);
       } else {
-        stdin_next_.swap(*input_.mutable_stdin());
+        stdin_next_.swap(incoming_);
         next_waiting_ = true;
       }
-    } else if (parsed) {  // end_of_input
+    } else if (input == Input::kEnd && !unwanted) {
       input_ended_ = true;
       SetStdinReady(true);
       return;
-    } else {
+    } else if (input != Input::kEnd) {
       // A read fails when the client half-closes and when the call is
       // cancelled, and gRPC may not yet know which: either way the input
       // was cut short (no end_of_input), so the job must not see its end.
       violation_ = absl::InvalidArgumentError(
-          ok ? "a DispatchStream message after the first must be stdin or "
-               "end_of_input"
-             : "the input ended without end_of_input: cut short, so the job "
-               "was cancelled");
+          !ok ? "the input ended without end_of_input: cut short, so the job "
+                "was cancelled"
+          : input == Input::kTooLarge
+              ? absl::StrCat("a stdin chunk is over the limit of ",
+                             kMaxStdinChunkBytes, " bytes")
+              : "a DispatchStream message after the first must be stdin or "
+                "end_of_input");
       broken_ = true;
     }
   }
-  if (!parsed) {
+  if (input == Input::kEnd) return;  // after input_closed: nothing to read
+  if (!ok || input == Input::kBad || input == Input::kTooLarge) {
     room_.SignalAll();
     Cancel();
     Kick();

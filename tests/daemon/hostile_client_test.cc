@@ -37,6 +37,7 @@ using testing::CollectingJob;
 using testing::Daemon;
 using testing::ExecRequest;
 using ::testing::HasSubstr;
+using testing::HeapLikeProduction;
 using ::testing::Not;
 
 constexpr char kForged[] =
@@ -265,21 +266,6 @@ int64_t RssKib(pid_t pid) { return testing::StatusNumber(pid, "VmRSS"); }
 constexpr int64_t kAbuseBoundKib = 256 * 1024;
 // After the connection is gone, memory goes back to within this.
 constexpr int64_t kSettledKib = 48 * 1024;
-
-// HeapLikeProduction wraps the daemon so that, under ASan, its heap is
-// measured rather than ASan's: freed blocks wait in ASan's quarantine
-// (256 MiB by default) and pages go back to the OS on ASan's own schedule,
-// neither of which the production heap (glibc with the worker's
-// malloc_trim) does. Elsewhere it is no wrapper.
-std::vector<std::string> HeapLikeProduction() {
-#if defined(__SANITIZE_ADDRESS__)
-  return {"/usr/bin/env",
-          "ASAN_OPTIONS=quarantine_size_mb=8:"
-          "allocator_release_to_os_interval_ms=100"};
-#else
-  return {};
-#endif
-}
 
 class StreamAbuseTest
     : public ::testing::TestWithParam<std::vector<std::string>> {};

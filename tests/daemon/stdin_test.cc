@@ -66,7 +66,9 @@ class Fifo {
 
 class StdinTest : public ::testing::Test {
  protected:
-  StdinTest() : daemon_({"--idle-timeout-seconds", "0"}) {}
+  StdinTest()
+      : daemon_({"--idle-timeout-seconds", "0"},
+                testing::HeapLikeProduction()) {}
 
   // Shell runs `script` with $CFDB set to `cfdb-worker ... --address A`.
   JobRequest Shell(const std::string& script) const {
@@ -94,6 +96,14 @@ TEST_F(StdinTest, SeventyMegabytesGoThrough) {
   CollectingJob dispatch(request);
   EXPECT_EQ(RunExec(dispatch), JobOutcome::Exited(0)) << dispatch.err();
   EXPECT_EQ(dispatch.out(), "70000000\n");
+}
+
+// With stdin closed (`<&-`) the job gets an empty one: fd 0 is /dev/null,
+// not whatever descriptor gRPC opens next.
+TEST_F(StdinTest, AClosedStdinReadsAsEmpty) {
+  CollectingJob dispatch(Shell("exec $CFDB -- wc -c <&-"));
+  EXPECT_EQ(RunExec(dispatch), JobOutcome::Exited(0)) << dispatch.err();
+  EXPECT_EQ(dispatch.out(), "0\n");
 }
 
 // A job that exits without reading its input, or that closes its stdin and

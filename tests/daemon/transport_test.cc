@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
+#include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -232,6 +233,55 @@ TEST_P(TransportTest, TheClientCommandsSpeakIt) {
   auto [stop, stop_out, stop_err] = run({"stop", "--grace", "5"});
   EXPECT_EQ(stop, JobOutcome::Exited(0)) << stop_err;
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+}
+
+// A worker from before DispatchStream (here: a server of the same proto
+// implementing Dispatch alone, which echoes the request's stdin): dispatch
+// falls back to sending stdin whole in the request, none of it lost.
+TEST(OldWorkerTest, DispatchSendsStdinWholeToAWorkerWithoutStreams) {
+  class DispatchOnly final : public cfdb::worker::v1::Worker::CallbackService {
+    grpc::ServerWriteReactor<cfdb::worker::v1::DispatchEvent>* Dispatch(
+        grpc::CallbackServerContext*,
+        const cfdb::worker::v1::DispatchRequest* request) override {
+      class Echo final
+          : public grpc::ServerWriteReactor<cfdb::worker::v1::DispatchEvent> {
+       public:
+        explicit Echo(const std::string& stdin_bytes) {
+          events_[0].mutable_accepted();
+          events_[1].mutable_output()->set_stream(
+              cfdb::worker::v1::Output::STDOUT);
+          events_[1].mutable_output()->set_data(stdin_bytes);
+          events_[2].mutable_exit()->set_code(0);
+          StartWrite(&events_[0]);
+        }
+        void OnWriteDone(bool ok) override {
+          if (ok && ++next_ < 3) return StartWrite(&events_[next_]);
+          Finish(grpc::Status::OK);
+        }
+        void OnDone() override { delete this; }
+
+       private:
+        cfdb::worker::v1::DispatchEvent events_[3];
+        int next_ = 0;
+      };
+      return new Echo(request->exec().stdin());
+    }
+  } service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  JobRequest request = Command(
+      {"dispatch", "--address", absl::StrCat("127.0.0.1:", port), "--", "cat"});
+  MutableExec(request).stdin_data = "all of it\n";
+  CollectingJob client(request);
+  EXPECT_EQ(RunExec(client), JobOutcome::Exited(0)) << client.err();
+  EXPECT_EQ(client.out(), "all of it\n");
+  EXPECT_THAT(client.err(), HasSubstr("predates streamed stdin"));
+  server->Shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(

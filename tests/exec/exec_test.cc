@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/test_job.h"
+#include "support/wait_for.h"
 
 namespace cfdb::worker {
 namespace {
@@ -61,8 +62,9 @@ TEST(ExecTest, RoundTripsSeveralMebibytesThroughCatByteExact) {
 // whether it said the program's stdin closed early.
 class StreamingJob final : public Job {
  public:
-  explicit StreamingJob(JobRequest request)
-      : Job(std::move(request), std::chrono::seconds(5)),
+  explicit StreamingJob(JobRequest request,
+                        Duration kill_grace = std::chrono::seconds(5))
+      : Job(std::move(request), kill_grace),
         ready_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
   ~StreamingJob() override { close(ready_fd_); }
 
@@ -161,6 +163,28 @@ TEST(ExecTest, AProgramClosingItsStreamedStdinIsReported) {
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(0));
   EXPECT_EQ(job.out(), "still here\n");
   EXPECT_EQ(job.closed(), 1);
+}
+
+// A cancelled job's input was cut short: its program must never see an end
+// of file, even one that ignores SIGTERM (it is killed after the grace).
+TEST(ExecTest, ACancelledJobNeverSeesTheEndOfItsInput) {
+  for (const bool time_limit : {false, true}) {
+    JobRequest request = ExecRequest(
+        {"sh", "-c", "trap '' TERM; wc -c; echo saw the end of file"});
+    if (time_limit) MutableExec(request).time_limit = std::chrono::seconds(1);
+    StreamingJob job(request, std::chrono::milliseconds(300));
+    job.Push("14 bytes here\n");
+    std::optional<JobOutcome> outcome;
+    std::thread runner([&] { outcome = RunExec(job); });
+    ASSERT_TRUE(testing::WaitFor([&] { return job.taken() == 1; }));
+    if (!time_limit) job.Cancel();
+    runner.join();
+    EXPECT_EQ(outcome->failure,
+              time_limit ? Failure::kTimeLimitExceeded : Failure::kCancelled);
+    EXPECT_THAT(outcome->message, HasSubstr("SIGKILL"));
+    EXPECT_EQ(job.out(), "") << "the program took a cut-short input for whole";
+    EXPECT_EQ(job.closed(), 1) << "the client hears that no more is taken";
+  }
 }
 
 // A chunk is taken only once the pipe took the last: a program that does

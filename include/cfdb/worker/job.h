@@ -116,7 +116,7 @@ class JobContext {
   // StdinResult says what TakeStdin found.
   enum class StdinResult {
     kChunk,   // `chunk` holds the next bytes (possibly none)
-    kEnd,     // the client ended its input (or went away): no more will come
+    kEnd,     // the client ended its input (end_of_input): no more will come
     kNotYet,  // nothing has arrived yet: wait for stdin_fd() to be readable
   };
 
