@@ -274,7 +274,7 @@ class JobReactor : public Base, public CallSide {
     delete this;
   }
 
-  void SetJob(std::shared_ptr<StreamJob> job) {
+  void SetJob(const std::shared_ptr<StreamJob>& job) {
     bool cancelled = false;
     {
       absl::MutexLock lock(&job_mu_);
