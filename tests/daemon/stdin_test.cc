@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +18,7 @@
 #include "support/daemon.h"
 #include "support/feed.h"
 #include "support/proc_util.h"
+#include "support/temp_dir.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -39,19 +39,12 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 // a reader blocks on it instead of seeing its end) until Write or the end.
 class Fifo {
  public:
-  Fifo() {
-    char dir[] = "/tmp/cfdb-fifo-XXXXXX";
-    EXPECT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    path_ = dir_ + "/in";
+  Fifo() : path_(dir_.path("in")) {
     EXPECT_EQ(mkfifo(path_.c_str(), 0600), 0);
     fd_ = open(path_.c_str(), O_RDWR | O_CLOEXEC);
     EXPECT_GE(fd_, 0);
   }
-  ~Fifo() {
-    close(fd_);
-    std::filesystem::remove_all(dir_);
-  }
+  ~Fifo() { close(fd_); }
   const std::string& path() const { return path_; }
   void Write(std::string_view text) {
     EXPECT_EQ(write(fd_, text.data(), text.size()),
@@ -59,8 +52,8 @@ class Fifo {
   }
 
  private:
-  std::string dir_;
-  std::string path_;
+  testing::TempDir dir_;
+  const std::string path_;
   int fd_ = -1;
 };
 

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "support/daemon.h"
 #include "support/feed.h"
+#include "support/temp_dir.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
@@ -36,23 +37,6 @@ using testing::ExecRequest;
 using ::testing::HasSubstr;
 
 namespace wool_wire = ::wool::runtime::protobuf::wire;
-
-// SocketDir is a private directory for socket files, removed at the end.
-class SocketDir {
- public:
-  SocketDir() {
-    char dir[] = "/tmp/cfdb-uds-XXXXXX";
-    EXPECT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  ~SocketDir() { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const {
-    return absl::StrCat(dir_, "/", name);
-  }
-
- private:
-  std::string dir_;
-};
 
 // ExitedZero says whether a dispatch's job ran and exited 0.
 bool ExitedZero(const absl::StatusOr<JobOutcome>& outcome) {
@@ -114,7 +98,7 @@ class TransportTest : public ::testing::TestWithParam<Transport> {
   testing::TestPki pki_;
   testing::Pem worker_pem_;
   testing::Pem client_pem_;
-  SocketDir dir_;
+  testing::TempDir dir_;
   const std::string socket_ = dir_.path("worker.sock");
 };
 
@@ -304,7 +288,7 @@ void LeaveStaleSocket(const std::string& path) {
 }
 
 TEST(UnixSocketTest, IsOwnerOnlyAndAStaleFileIsReplaced) {
-  SocketDir dir;
+  testing::TempDir dir;
   const std::string path = dir.path("w.sock");
   LeaveStaleSocket(path);
   Daemon daemon({"--idle-timeout-seconds", "0", "--uds", path});
@@ -327,7 +311,7 @@ TEST(UnixSocketTest, IsOwnerOnlyAndAStaleFileIsReplaced) {
 
 // A second worker on the socket of a live one is refused and leaves it be.
 TEST(UnixSocketTest, ALiveWorkersSocketIsRefused) {
-  SocketDir dir;
+  testing::TempDir dir;
   const std::string path = dir.path("w.sock");
   Daemon first({"--idle-timeout-seconds", "0", "--uds", path});
   ASSERT_GT(first.port(), 0) << first.log();
@@ -341,7 +325,7 @@ TEST(UnixSocketTest, ALiveWorkersSocketIsRefused) {
 }
 
 TEST(UnixSocketTest, APathThatIsNoSocketIsLeftAlone) {
-  SocketDir dir;
+  testing::TempDir dir;
   const std::string path = dir.path("notes.txt");
   std::ofstream(path) << "keep me\n";
   CollectingJob serve(Command({"serve", "--port", "0", "--uds", path}));
@@ -360,7 +344,7 @@ TEST(UnixSocketTest, AdmissionTrustsTheOwnerOnlySocket) {
   testing::TestPki pki;
   const testing::Pem worker =
       pki.Leaf("worker", {"DNS:worker.cfdb.internal", "IP:127.0.0.1"});
-  SocketDir dir;
+  testing::TempDir dir;
   const std::string path = dir.path("w.sock");
   Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
                  "--tls-key", worker.key, "--tls-admit-control",

@@ -11,12 +11,12 @@
 #include <csignal>
 #include <deque>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/feed.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -28,12 +28,7 @@ using testing::ExecRequest;
 using ::testing::HasSubstr;
 using Failure = JobOutcome::Failure;
 
-std::string RandomBytes(size_t n) {
-  std::mt19937_64 rng(42);
-  std::string data(n, '\0');
-  for (char& c : data) c = static_cast<char>(rng());
-  return data;
-}
+using testing::RandomBytes;
 
 // ExitsWithin reports whether process `pid` exits within `timeout`, waiting
 // on its pidfd (an exited, unreaped process counts as exited).

@@ -5,7 +5,6 @@
 #include <sys/resource.h>
 
 #include <cctype>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -259,10 +258,8 @@ TEST_F(WorkerTest, BadRequestsGetInvalidArgumentNamingTheField) {
 }
 
 TEST_F(WorkerTest, StreamsSeveralMebibytesByteExact) {
-  std::mt19937_64 rng(7);
   JobRequest request = ExecRequest({"cat"});
-  MutableExec(request).stdin_data.resize(6 << 20);
-  for (char& c : MutableExec(request).stdin_data) c = static_cast<char>(rng());
+  MutableExec(request).stdin_data = testing::RandomBytes(6 << 20, 7);
   std::string out;
   bool accepted = false;
   absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(
