@@ -205,10 +205,9 @@ class StreamJob final : public Job {
   const int stdin_fd_;        // an eventfd, readable while not kNotYet
   grpc::ByteBuffer reading_;  // the message of the read in flight
   std::string incoming_;      // the chunk it carried, before its slot
-  std::string stdin_chunk_ ABSL_GUARDED_BY(mu_);  // TakeStdin's next
-  bool chunk_waiting_ ABSL_GUARDED_BY(mu_) = false;
-  std::string stdin_next_ ABSL_GUARDED_BY(mu_);  // the one after it
-  bool next_waiting_ ABSL_GUARDED_BY(mu_) = false;
+  // Chunks waiting for the job, in order: the first `waiting_` slots.
+  std::string slots_[2] ABSL_GUARDED_BY(mu_);
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   bool in_read_ ABSL_GUARDED_BY(mu_) = false;
   // Reads being started outside the lock (ReadNext): Finish waits for 0.
   int starting_reads_ ABSL_GUARDED_BY(mu_) = 0;
@@ -461,7 +460,7 @@ void StreamJob::ReadNext() {
   CallSide* reactor = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    if (in_read_ || next_waiting_ || input_ended_ || broken_ || finished_ ||
+    if (in_read_ || waiting_ == 2 || input_ended_ || broken_ || finished_ ||
         reactor_ == nullptr) {
       return;
     }
@@ -524,14 +523,8 @@ void StreamJob::InputRead(bool ok) {
       // Into the first free slot (the consumed buffer there becomes the
       // next to read into); with both filled no read is started until the
       // job takes one.
-      if (!chunk_waiting_) {
-        stdin_chunk_.swap(incoming_);
-        chunk_waiting_ = true;
-        SetStdinReady(true);
-      } else {
-        stdin_next_.swap(incoming_);
-        next_waiting_ = true;
-      }
+      slots_[waiting_++].swap(incoming_);
+      SetStdinReady(true);
     } else if (input == Input::kEnd && !unwanted) {
       input_ended_ = true;
       SetStdinReady(true);
@@ -564,17 +557,12 @@ void StreamJob::InputRead(bool ok) {
 Job::StdinResult StreamJob::TakeStdin(std::string& chunk) {
   {
     absl::MutexLock lock(&mu_);
-    if (!chunk_waiting_) {
+    if (waiting_ == 0) {
       return input_ended_ ? StdinResult::kEnd : StdinResult::kNotYet;
     }
-    chunk.swap(stdin_chunk_);
-    if (next_waiting_) {
-      stdin_chunk_.swap(stdin_next_);
-      next_waiting_ = false;
-    } else {
-      chunk_waiting_ = false;
-      if (!input_ended_) SetStdinReady(false);
-    }
+    chunk.swap(slots_[0]);
+    slots_[0].swap(slots_[1]);
+    if (--waiting_ == 0 && !input_ended_) SetStdinReady(false);
   }
   ReadNext();
   return StdinResult::kChunk;
@@ -586,8 +574,7 @@ void StreamJob::CloseStdin() {
     absl::MutexLock lock(&mu_);
     if (!stdin_streamed_ || stdin_closed_) return;
     stdin_closed_ = true;
-    chunk_waiting_ = false;
-    next_waiting_ = false;
+    waiting_ = 0;
     tell = !input_ended_;
   }
   if (!tell) return;
