@@ -36,9 +36,10 @@ inline JobRequest Command(std::vector<std::string> args,
 
 // HeapLikeProduction wraps the daemon so that, under ASan, its heap is
 // measured rather than ASan's: freed blocks wait in ASan's quarantine
-// (256 MiB by default) and pages go back to the OS on ASan's own schedule,
-// neither of which the production heap (glibc with the worker's
-// malloc_trim) does. Elsewhere it is no wrapper.
+// (256 MiB by default) before they can be reused, which the production
+// heap does not do. (Giving free pages back is the daemon's own
+// MemoryTrimmer, which under ASan purges ASan's allocator.) Elsewhere it is
+// no wrapper.
 inline std::vector<std::string> HeapLikeProduction() {
 #if defined(__SANITIZE_ADDRESS__)
   return {"/usr/bin/env",
