@@ -28,7 +28,7 @@ using testing::ExecRequest;
 
 TimePoint Now() { return std::chrono::steady_clock::now(); }
 
-// The settings README.md tells clients to use.
+// The settings README.md and docs/DESIGN.md tell clients to use.
 grpc::ChannelArguments PingingClient() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
