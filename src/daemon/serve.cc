@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -162,17 +163,28 @@ std::unique_ptr<MetricsReporter> StartMetrics(const ServeConfig& config,
       &WriteJsonLogLine);
 }
 
-}  // namespace
+// The process made ready to be a worker, before any thread starts.
+struct Process {
+  // The descriptor limit jobs get back (ExecOptions::nofile).
+  rlim_t nofile = 0;
+  // Null when the guard could not be started (said in the log).
+  std::unique_ptr<JobGuard> guard;
+  std::unique_ptr<Containment> containment;
+};
 
-int RunServe(const ServeConfig& config) {
-  const TimePoint process_start = std::chrono::steady_clock::now();
+// PrepareProcess does what must be done while this is the only thread: the
+// job guard is forked, privileges dropped, the stop signals blocked (so
+// every later thread inherits them blocked). Returns the exit code on a
+// failure it has logged, nullopt when the process is ready.
+std::optional<int> PrepareProcess(const ServeConfig& config, Process& process) {
   // A write to a job's closed stdin must not kill the worker.
   std::signal(SIGPIPE, SIG_IGN);
-  const rlim_t nofile = RaiseDescriptorLimit();
-  // Forked while this is the only thread (the worker starts its drain
-  // thread): it kills the jobs' process groups if this process dies.
+  process.nofile = RaiseDescriptorLimit();
+  // It kills the jobs' process groups if this process dies.
   absl::StatusOr<std::unique_ptr<JobGuard>> guard = JobGuard::Start();
-  if (!guard.ok()) {
+  if (guard.ok()) {
+    process.guard = *std::move(guard);
+  } else {
     spdlog::warn("jobs will not be killed if the worker dies outright: {}",
                  guard.status().ToString());
   }
@@ -185,17 +197,18 @@ int RunServe(const ServeConfig& config) {
     spdlog::error("{}", containment.status().ToString());
     return kExitRuntimeFailure;
   }
-  if (guard.ok()) (*containment)->Spare((*guard)->pid());
+  process.containment = *std::move(containment);
+  if (process.guard != nullptr)
+    process.containment->Spare(process.guard->pid());
   if (config.worker_user && geteuid() == 0) {
-    if (absl::Status s =
-            (*containment)
-                ->Delegate(config.worker_user->uid, config.worker_user->gid);
+    if (absl::Status s = process.containment->Delegate(config.worker_user->uid,
+                                                       config.worker_user->gid);
         !s.ok()) {
       spdlog::error("{}", s.ToString());
       return kExitRuntimeFailure;
     }
   }
-  // While this is the only thread: the daemon keeps only what it needs.
+  // The daemon keeps only what it needs.
   if (absl::Status s =
           BecomeWorker(config.worker_user, config.job_user.has_value());
       !s.ok()) {
@@ -203,32 +216,98 @@ int RunServe(const ServeConfig& config) {
     return kExitUsage;
   }
   WarnAboutIdentity(config);
-  // Before any thread starts, so every thread inherits the blocked signals.
   if (absl::Status s = BlockStopSignals(); !s.ok()) {
     spdlog::error("cannot block signals: {}", s.ToString());
     return kExitRuntimeFailure;
   }
-  // The server and the self-poll use a private copy of the TLS files that
-  // only changes to a consistent set (and holds PEMs given in variables in
-  // files only this user may read).
-  Credentials credentials = config.credentials;
-  std::unique_ptr<CredentialMirror> mirror;
-  if (credentials.kind == Credentials::Kind::kMutualTls) {
-    absl::StatusOr<std::unique_ptr<CredentialMirror>> started =
-        CredentialMirror::Start(config.tls);
-    if (!started.ok()) {
-      spdlog::error("{}", started.status().ToString());
-      return kExitRuntimeFailure;
-    }
-    mirror = *std::move(started);
-    mirror->Watch();
-    spdlog::info(
-        "TLS: serving a checked private copy of the files, in {}; the "
-        "files are re-read every {} s",
-        mirror->directory(), ToSeconds(config.tls.refresh_interval));
-    credentials = mirror->credentials();
+  return std::nullopt;
+}
+
+// StartCredentialMirror starts, for mutual TLS, the private copy of the TLS
+// files the server and the self-poll use: it only changes to a consistent
+// set, and holds PEMs given in variables in files only this user may read.
+// Null without TLS.
+absl::StatusOr<std::unique_ptr<CredentialMirror>> StartCredentialMirror(
+    const ServeConfig& config) {
+  if (config.credentials.kind != Credentials::Kind::kMutualTls) return nullptr;
+  absl::StatusOr<std::unique_ptr<CredentialMirror>> mirror =
+      CredentialMirror::Start(config.tls);
+  if (!mirror.ok()) return mirror.status();
+  (*mirror)->Watch();
+  spdlog::info(
+      "TLS: serving a checked private copy of the files, in {}; the files are "
+      "re-read every {} s",
+      (*mirror)->directory(), ToSeconds(config.tls.refresh_interval));
+  return mirror;
+}
+
+// LogListening says where the worker listens, and warns of who may call it.
+void LogListening(const ServeConfig& config, const Credentials& credentials,
+                  int port) {
+  const std::string address = JoinHostPort(config.host, port);
+  if (credentials.kind == Credentials::Kind::kInsecure) {
+    spdlog::warn(
+        "serving without TLS: any client that can reach {} may run "
+        "programs here",
+        address);
+  } else if (config.admit.empty()) {
+    spdlog::warn(
+        "no admission lists: every certificate the CA signed may call every "
+        "method, Dispatch and Stop included; set --tls-admit-control and "
+        "--tls-admit-observe (docs/SECURITY.md)");
   }
-  spdlog::info("{}", (*containment)->Describe());
+  LogEvent(
+      spdlog::level::info,
+      absl::StrCat("listening on ", address, " (pid ", getpid(), ")"),
+      {{"address", address},
+       {"pid", static_cast<int64_t>(getpid())},
+       {"tls", credentials.kind == Credentials::Kind::kMutualTls},
+       {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
+       {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
+       {"max_lifetime_seconds", ToSeconds(config.retirement.max_lifetime)}});
+  if (!config.unix_socket.empty()) {
+    LogEvent(spdlog::level::info,
+             absl::StrCat(
+                 "also listening on unix:", EscapedForLog(config.unix_socket),
+                 " (owner-only, without TLS)"),
+             {{"unix_socket", EscapedForLog(config.unix_socket)}});
+  }
+}
+
+// BoundTheShutdown arms an alarm that ends the process, saying so, if gRPC's
+// shutdown stalls (seen when jobs had used up the process budget). It stays
+// armed to the process's end: the server's, the worker's and gRPC's own
+// teardown (grpc_shutdown) run after RunServe, on the way out.
+void BoundTheShutdown() {
+  struct sigaction stalled {};
+  stalled.sa_handler = [](int) {
+    constexpr char kMessage[] =
+        "cfdb-worker: gRPC's shutdown stalled; exiting anyway\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+    _exit(kExitRuntimeFailure);
+  };
+  sigaction(SIGALRM, &stalled, nullptr);
+  alarm(static_cast<unsigned>(kServerShutdownDeadline.count()) +
+        kShutdownStallSeconds);
+}
+
+}  // namespace
+
+int RunServe(const ServeConfig& config) {
+  const TimePoint process_start = std::chrono::steady_clock::now();
+  Process process;
+  if (std::optional<int> failed = PrepareProcess(config, process)) {
+    return *failed;
+  }
+  absl::StatusOr<std::unique_ptr<CredentialMirror>> mirror =
+      StartCredentialMirror(config);
+  if (!mirror.ok()) {
+    spdlog::error("{}", mirror.status().ToString());
+    return kExitRuntimeFailure;
+  }
+  const Credentials credentials =
+      *mirror != nullptr ? (*mirror)->credentials() : config.credentials;
+  spdlog::info("{}", process.containment->Describe());
   // Declared before the worker, whose docket tells it of edges until the
   // worker is gone.
   std::unique_ptr<ScaleInProtection> protection =
@@ -250,11 +329,11 @@ int RunServe(const ServeConfig& config) {
     spdlog::error("cannot listen for signals: {}", listening.ToString());
     return kExitRuntimeFailure;
   }
-  (*containment)->StartSweeping();
+  process.containment->StartSweeping();
   const MemoryTrimmer trimmer;
   ExecOptions exec = config.exec;
-  exec.containment = containment->get();
-  exec.nofile = nofile;
+  exec.containment = process.containment.get();
+  exec.nofile = process.nofile;
   (void)worker.RegisterKind(kExecKind, ExecKind(exec));
   absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
       worker, ServerOptions{
@@ -269,35 +348,8 @@ int RunServe(const ServeConfig& config) {
     spdlog::error("{}", std::string(server.status().message()));
     return kExitRuntimeFailure;
   }
-  if (credentials.kind == Credentials::Kind::kInsecure) {
-    spdlog::warn(
-        "serving without TLS: any client that can reach {} may run "
-        "programs here",
-        JoinHostPort(config.host, (*server)->port()));
-  } else if (config.admit.empty()) {
-    spdlog::warn(
-        "no admission lists: every certificate the CA signed may call every "
-        "method, Dispatch and Stop included; set --tls-admit-control and "
-        "--tls-admit-observe (docs/SECURITY.md)");
-  }
   const int port = (*server)->port();
-  LogEvent(
-      spdlog::level::info,
-      absl::StrCat("listening on ", JoinHostPort(config.host, port), " (pid ",
-                   getpid(), ")"),
-      {{"address", JoinHostPort(config.host, port)},
-       {"pid", static_cast<int64_t>(getpid())},
-       {"tls", credentials.kind == Credentials::Kind::kMutualTls},
-       {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
-       {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
-       {"max_lifetime_seconds", ToSeconds(config.retirement.max_lifetime)}});
-  if (!config.unix_socket.empty()) {
-    LogEvent(spdlog::level::info,
-             absl::StrCat(
-                 "also listening on unix:", EscapedForLog(config.unix_socket),
-                 " (owner-only, without TLS)"),
-             {{"unix_socket", EscapedForLog(config.unix_socket)}});
-  }
+  LogListening(config, credentials, port);
 
   RetirementPolicy policy(config.retirement, SteadyClock::Get(),
                           shutdown.watcher(),
@@ -315,21 +367,8 @@ int RunServe(const ServeConfig& config) {
         ExitReasonName(retirement.reason),
         ToSeconds(std::chrono::steady_clock::now() - process_start));
   }
-  // gRPC's own shutdown can stall (seen when jobs had used up the process
-  // budget); past its bound the daemon exits anyway, saying so.
-  struct sigaction stalled {};
-  stalled.sa_handler = [](int) {
-    constexpr char kMessage[] =
-        "cfdb-worker: gRPC's shutdown stalled; exiting anyway\n";
-    (void)!write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
-    _exit(kExitRuntimeFailure);
-  };
-  sigaction(SIGALRM, &stalled, nullptr);
-  alarm(static_cast<unsigned>(kServerShutdownDeadline.count()) +
-        kShutdownStallSeconds);
+  BoundTheShutdown();
   (*server)->Shutdown(kServerShutdownDeadline);
-  // The alarm stays armed to the process's end: the server's, the worker's
-  // and gRPC's own teardown (grpc_shutdown) run after this, on the way out.
   spdlog::info("stopped");
   // Not a clean retirement: the platform should know this task failed.
   return retirement.reason == ExitReason::kListenerLost ? kExitRuntimeFailure
