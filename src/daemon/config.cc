@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -329,6 +331,27 @@ absl::StatusOr<std::optional<User>> UserKnob(const Resolver& r,
   return std::optional<User>(*user);
 }
 
+// CheckJobUidsSpareTheWorker refuses a job user whose uids (one per job
+// running at once) include the uid the worker runs as: such a job could
+// read the worker's credentials and signal it.
+absl::Status CheckJobUidsSpareTheWorker(const Resolver& r,
+                                        const ServeConfig& c) {
+  // BecomeWorker drops to --worker-user only when started as root.
+  const uint64_t worker_uid =
+      c.worker_user && geteuid() == 0 ? c.worker_user->uid : geteuid();
+  const uint64_t first = c.exec.user->uid;
+  const uint64_t last = first + static_cast<uint64_t>(c.exec.user->uids) - 1;
+  if (worker_uid < first || worker_uid > last) return absl::OkStatus();
+  return Resolver::Bad(
+      r.Get(knob::kJobUser),
+      absl::StrCat("gives jobs uids ", first, "..", last,
+                   " (one per concurrent job), which include the worker's own "
+                   "uid ",
+                   worker_uid,
+                   ": a job could read its credentials and signal it; give "
+                   "jobs uids apart from the worker's"));
+}
+
 absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
   CFDB_ASSIGN(c.job_user, UserKnob(r, knob::kJobUser));
   CFDB_ASSIGN(c.worker_user, UserKnob(r, knob::kWorkerUser));
@@ -343,6 +366,7 @@ absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
     c.exec.nproc = static_cast<rlim_t>(nproc);
     // Somewhere every uid of the job user may work.
     c.exec.default_cwd = "/tmp";
+    if (absl::Status s = CheckJobUidsSpareTheWorker(r, c); !s.ok()) return s;
   }
   const Setting mode = r.Get(knob::kJobContainment);
   if (mode.text == "auto") {

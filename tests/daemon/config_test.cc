@@ -1,5 +1,8 @@
 #include "daemon/config.h"
 
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
 #include "daemon/address.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -113,6 +116,32 @@ TEST(ConfigTest, NegativeGraceMeansWithoutLimit) {
       ResolveServeConfig(Flags{{"--signal-grace-seconds", "-1"}}, FakeEnv({}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_LT(c->retirement.signal_grace, Duration::zero());
+}
+
+// Jobs as the worker's own uid could read its credentials and signal it:
+// a job uid range that includes it is refused, and one beside it is not.
+TEST(ConfigTest, JobUidsThatIncludeTheWorkersOwnAreRefused) {
+  // As root the worker drops to --worker-user; otherwise it stays itself.
+  const bool root = geteuid() == 0;
+  const uid_t worker_uid = root ? 10001 : geteuid();
+  Flags flags{{"--max-concurrent-tasks", "4"}};
+  if (root) flags["--worker-user"] = std::to_string(worker_uid);
+  for (const uid_t first : {worker_uid - 3, worker_uid}) {
+    flags["--job-user"] = std::to_string(first);
+    absl::StatusOr<ServeConfig> c = ResolveServeConfig(flags, FakeEnv({}));
+    ASSERT_FALSE(c.ok()) << first;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(c.status().message()),
+        HasSubstr(absl::StrCat("--job-user: '", first, "' gives jobs uids ",
+                               first, "..", first + 3)));
+    EXPECT_THAT(std::string(c.status().message()),
+                HasSubstr(absl::StrCat("the worker's own uid ", worker_uid)));
+  }
+  for (const uid_t first : {worker_uid - 4, worker_uid + 1}) {
+    flags["--job-user"] = std::to_string(first);
+    EXPECT_TRUE(ResolveServeConfig(flags, FakeEnv({})).ok()) << first;
+  }
 }
 
 struct BadValue {
