@@ -13,6 +13,8 @@ set_property(CACHE CFDB_SANITIZE PROPERTY STRINGS "" "address,undefined" "thread
 if(CFDB_SANITIZE STREQUAL "address,undefined")
   set(CFDB_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize=vptr
     -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  # For the code that must know (GCC and clang say ASan differently).
+  add_compile_definitions(CFDB_ASAN=1)
 elseif(CFDB_SANITIZE STREQUAL "thread")
   set(CFDB_SANITIZE_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
 elseif(NOT CFDB_SANITIZE STREQUAL "")

@@ -2,7 +2,9 @@
 
 #include <malloc.h>
 
-#if defined(__SANITIZE_ADDRESS__)
+#include <cstdlib>
+
+#if defined(CFDB_ASAN)
 // From <sanitizer/allocator_interface.h>, which GCC does not install.
 extern "C" void __sanitizer_purge_allocator();
 #endif
@@ -13,21 +15,28 @@ namespace {
 // TrimHeap returns the heap's free pages to the system. Under ASan the heap
 // is ASan's, which malloc_trim does not reach: it keeps freed blocks in its
 // quarantine, and a size class's free pages until that class allocates
-// again; purging is its malloc_trim, so that the resident size of a
-// sanitized daemon means what it means in production.
-void TrimHeap() {
+// again. Purging is its malloc_trim, but it empties the quarantine too, which
+// is how ASan catches a use after free; so a sanitized daemon purges only when
+// asked (CFDB_WORKER_ASAN_PURGE set, as tests that measure its memory do:
+// tests/support/daemon.h).
+void TrimHeap(bool purge) {
   malloc_trim(0);
-#if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_purge_allocator();
+#if defined(CFDB_ASAN)
+  if (purge) __sanitizer_purge_allocator();
+#else
+  (void)purge;
 #endif
 }
 
 }  // namespace
 
 MemoryTrimmer::MemoryTrimmer() {
-  thread_ = std::thread([watcher = stop_.watcher()] {
+  // Nothing in the worker sets variables, so getenv is safe here.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe)
+  const bool purge = std::getenv("CFDB_WORKER_ASAN_PURGE") != nullptr;
+  thread_ = std::thread([watcher = stop_.watcher(), purge] {
     while (watcher.WaitUntil(SteadyClock::Get().Now() + kTrimEvery)) {
-      TrimHeap();
+      TrimHeap(purge);
     }
   });
 }

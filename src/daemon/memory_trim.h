@@ -15,9 +15,10 @@ namespace cfdb::worker {
 // takes microseconds.
 inline constexpr Duration kTrimEvery = std::chrono::seconds(2);
 
-// MemoryTrimmer calls malloc_trim(0) (and, in an ASan build, purges ASan's
-// allocator, which malloc_trim does not reach) every kTrimEvery on a thread of
-// its own, from construction until destruction. Thread-safe.
+// MemoryTrimmer calls malloc_trim(0) every kTrimEvery on a thread of its
+// own, from construction until destruction (in an ASan build, with
+// CFDB_WORKER_ASAN_PURGE set, it also purges ASan's allocator, which
+// malloc_trim does not reach). Thread-safe.
 class MemoryTrimmer {
  public:
   MemoryTrimmer();

@@ -36,13 +36,15 @@ inline JobRequest Command(std::vector<std::string> args,
 
 // HeapLikeProduction wraps the daemon so that, under ASan, its heap is
 // measured rather than ASan's: freed blocks wait in ASan's quarantine
-// (256 MiB by default) before they can be reused, which the production
-// heap does not do. (Giving free pages back is the daemon's own
-// MemoryTrimmer, which under ASan purges ASan's allocator.) Elsewhere it is
-// no wrapper.
+// (256 MiB by default) before they can be reused, and free pages stay
+// resident until their size class allocates again, neither of which the
+// production heap (glibc with the worker's malloc_trim) does. The daemon's
+// MemoryTrimmer purges ASan's allocator when CFDB_WORKER_ASAN_PURGE is set
+// (src/daemon/memory_trim.cc); other daemons keep the whole quarantine, to
+// catch a use after free. Elsewhere it is no wrapper.
 inline std::vector<std::string> HeapLikeProduction() {
-#if defined(__SANITIZE_ADDRESS__)
-  return {"/usr/bin/env",
+#if defined(CFDB_ASAN)
+  return {"/usr/bin/env", "CFDB_WORKER_ASAN_PURGE=1",
           "ASAN_OPTIONS=quarantine_size_mb=8:"
           "allocator_release_to_os_interval_ms=100"};
 #else
