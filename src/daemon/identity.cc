@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -151,6 +152,10 @@ absl::Status BecomeWorker(const std::optional<User>& worker_user,
 std::vector<std::string> CredentialFileProblems(
     const std::vector<std::string>& paths) {
   std::vector<std::string> problems;
+  // Who else may rewrite what the worker trusts: not root, not the worker.
+  const auto stranger = [](uid_t owner) {
+    return owner != 0 && owner != geteuid();
+  };
   for (const std::string& path : paths) {
     struct stat st {};
     if (path.empty() || stat(path.c_str(), &st) != 0) continue;
@@ -164,6 +169,26 @@ std::vector<std::string> CredentialFileProblems(
       problems.push_back(absl::StrFormat(
           "%s is writable by group or others (mode %04o): chmod go-w it", path,
           mode));
+    }
+    if (stranger(st.st_uid)) {
+      problems.push_back(absl::StrFormat(
+          "%s is owned by uid %d, neither root nor the worker (uid %d), who "
+          "may rewrite it: chown it",
+          path, st.st_uid, geteuid()));
+    }
+    // A directory others may write (without the sticky bit) or that a
+    // stranger owns lets them put another file in the file's place.
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    struct stat dir_st {};
+    if (dir.empty() || stat(dir.c_str(), &dir_st) != 0) continue;
+    const unsigned dir_mode = dir_st.st_mode & 07777;
+    if (((dir_mode & (S_IWGRP | S_IWOTH)) != 0 && (dir_mode & S_ISVTX) == 0) ||
+        stranger(dir_st.st_uid)) {
+      problems.push_back(absl::StrFormat(
+          "%s is in %s (mode %04o, uid %d), where another user may replace "
+          "it: keep credentials in a directory only root or the worker may "
+          "write",
+          path, dir, dir_mode, dir_st.st_uid));
     }
   }
   return problems;

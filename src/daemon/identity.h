@@ -43,9 +43,11 @@ absl::Status BecomeWorker(const std::optional<User>& worker_user,
                           bool keep_job_caps);
 
 // CredentialFileProblems returns a warning for each of `paths` that is
-// readable by group or others, or writable by anyone but its owner (empty
-// paths are skipped), e.g. "/run/tls/key.pem is readable by group or
-// others (mode 0644)".
+// readable by group or others, writable by anyone but its owner, owned by
+// a user other than root or the calling process's effective uid (call it
+// as the worker), or in a directory such a user owns or group or others may
+// write without the sticky bit (empty paths are skipped), e.g.
+// "/run/tls/key.pem is readable by group or others (mode 0644)".
 std::vector<std::string> CredentialFileProblems(
     const std::vector<std::string>& paths);
 

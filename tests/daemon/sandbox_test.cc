@@ -230,6 +230,26 @@ TEST_F(SandboxTest, ACredentialFileOthersMayReadIsNamed) {
       HasSubstr(worker.key + " is readable by group or others (mode 0644)"));
 }
 
+// A credential file another user owns, or in a directory others may write,
+// could be rewritten or replaced by them: both are named.
+TEST_F(SandboxTest, ACredentialFileOthersMayReplaceIsNamed) {
+  testing::TestPki pki;
+  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  ASSERT_EQ(chown(worker.key.c_str(), 12345, 12345), 0);
+  const std::string dir = std::filesystem::path(worker.cert).parent_path();
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                 "--tls-key", worker.key, "--idle-timeout-seconds", "0",
+                 "--max-lifetime-seconds", "0.5"});
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  const std::string log = daemon.log();
+  EXPECT_THAT(log, HasSubstr(worker.key +
+                             " is owned by uid 12345, neither root nor the "
+                             "worker (uid 0)"));
+  EXPECT_THAT(log, HasSubstr(worker.cert + " is in " + dir + " (mode 0777"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr(worker.cert + " is owned by")));
+}
+
 // LiveWith returns how many live processes have `marker` as an argument.
 int LiveWith(const std::string& marker) {
   int n = 0;
