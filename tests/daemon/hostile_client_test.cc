@@ -291,10 +291,15 @@ TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
   int64_t peak = baseline;
   int calls = 0;
   std::vector<std::string> slow;
+  // 1 s, the bound docs/SECURITY.md states, in the production build.
+  const auto bound = seconds(1) * testing::kSanitizerSlowdown;
+  Duration slowest{};
   while (!done) {
     const auto start = std::chrono::steady_clock::now();
-    absl::Status idle = (*connection)->IdleTime(seconds(1)).status();
-    absl::Status health = (*connection)->Health(seconds(1)).status();
+    absl::Status idle = (*connection)->IdleTime(bound).status();
+    absl::Status health = (*connection)->Health(bound).status();
+    slowest =
+        std::max<Duration>(slowest, std::chrono::steady_clock::now() - start);
     ++calls;
     if (!idle.ok() || !health.ok()) {
       slow.push_back(absl::StrCat(idle.ToString(), " / ", health.ToString()));
@@ -305,7 +310,9 @@ TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
   attacker.join();
   EXPECT_THAT(abuse.err(), Not(HasSubstr("Traceback"))) << abuse.err();
   EXPECT_GE(calls, 1);
-  EXPECT_THAT(slow, ::testing::IsEmpty()) << "Idle and health within 1 s";
+  EXPECT_THAT(slow, ::testing::IsEmpty())
+      << "Idle and health each within " << ToSeconds(bound) << " s";
+  std::cout << "slowest Idle + health: " << ToSeconds(slowest) << " s\n";
   if (GetParam()[0] == "reset") {
     EXPECT_THAT(abuse.out(), HasSubstr("closed by server: True"));
     EXPECT_THAT(daemon.log(),
