@@ -6,6 +6,7 @@
 
 #if defined(CFDB_ASAN)
 // From <sanitizer/allocator_interface.h>, which GCC does not install.
+// NOLINTNEXTLINE(bugprone-reserved-identifier)
 extern "C" void __sanitizer_purge_allocator();
 #endif
 
@@ -19,24 +20,24 @@ namespace {
 // is how ASan catches a use after free; so a sanitized daemon purges only when
 // asked (CFDB_WORKER_ASAN_PURGE set, as tests that measure its memory do:
 // tests/support/daemon.h).
-void TrimHeap(bool purge) {
-  malloc_trim(0);
 #if defined(CFDB_ASAN)
+void TrimHeap() {
+  // Read once: nothing in the worker sets variables, so getenv is safe here.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe)
+  static const bool purge = std::getenv("CFDB_WORKER_ASAN_PURGE") != nullptr;
+  malloc_trim(0);
   if (purge) __sanitizer_purge_allocator();
-#else
-  (void)purge;
-#endif
 }
+#else
+void TrimHeap() { malloc_trim(0); }
+#endif
 
 }  // namespace
 
 MemoryTrimmer::MemoryTrimmer() {
-  // Nothing in the worker sets variables, so getenv is safe here.
-  // NOLINTNEXTLINE(concurrency-mt-unsafe)
-  const bool purge = std::getenv("CFDB_WORKER_ASAN_PURGE") != nullptr;
-  thread_ = std::thread([watcher = stop_.watcher(), purge] {
+  thread_ = std::thread([watcher = stop_.watcher()] {
     while (watcher.WaitUntil(SteadyClock::Get().Now() + kTrimEvery)) {
-      TrimHeap(purge);
+      TrimHeap();
     }
   });
 }
