@@ -45,7 +45,7 @@ bench:
 	cmake -S . -B $(BENCH_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DCFDB_BUILD_TESTS=OFF -DCFDB_BUILD_BENCH=ON $(CMAKE_FLAGS)
 	cmake --build $(BENCH_BUILD) -j $(JOBS) \
-	  --target cfdb-worker worker-bench process-bench bare-server
+	  --target cfdb-worker worker-bench process-bench bare-server fleet-stub
 	python3 bench/run.py --build $(BENCH_BUILD) --out docs/PERFORMANCE.md
 
 clean:

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "cfdb/worker/limits.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -38,11 +39,10 @@ namespace {
 
 namespace v1 = ::cfdb::worker::v1;
 
-// As src/exec/exec.cc (kChunkBytes, kPipeBytes) and
-// WorkerConnection::kStdinChunkBytes.
-constexpr std::size_t kOutputChunkBytes = std::size_t{1} << 20;
-constexpr int kOutputPipeBytes = 1 << 20;
-constexpr std::size_t kStdinChunkBytes = std::size_t{256} * 1024;
+// The worker's own sizes (cfdb/worker/limits.h).
+using ::cfdb::worker::kOutputChunkBytes;
+using ::cfdb::worker::kOutputPipeBytes;
+using ::cfdb::worker::kStdinChunkBytes;
 
 // WriteAll writes all of `data` to `fd`; false on an error (EPIPE included).
 bool WriteAll(int fd, const std::string& data) {

@@ -14,16 +14,36 @@
 //       drained here), input (`cat FILE |` the job, PROG: sha256sum), both
 //       (`cat FILE |` a job `cat`, drained). Per run: the rate, the server's
 //       peak RSS growth and CPU time, the client's peak RSS and CPU time.
+//   process-bench exec --worker BIN --bare BIN --jobs K --reps R
+//       the job start: K jobs of `/bin/true` called in turn on one channel
+//       to a `BIN serve` and, interleaved by repetition, to a `bare-pipe
+//       serve` (which spawns with posix_spawn and waits with waitpid). Per
+//       repetition and server: its CPU time per job, and the median and
+//       99th percentile of the calls' wall time (call -> the stream's end).
 //   process-bench trickle --worker BIN --reps R
 //       `producer | BIN dispatch -- cat`, the producer writing a line every
 //       100 ms and never closing: spawn -> first line back, and each later
 //       line's write -> return.
+//   process-bench detached --worker BIN --mib N --reps R [--jobs K]
+//       jobs as handles: N MiB of a job's output through `dispatch`
+//       (attached) and, interleaved, the same job left detached and read by
+//       `attach` later, byte-exact; then K detached jobs (K =
+//       --max-concurrent-tasks) each filling its output buffer: the worker's
+//       peak RSS growth.
 //   process-bench retire --worker BIN --reps R --idle-timeout S
 //       `BIN serve --idle-timeout-seconds S`, all R at once: exit time minus
 //       spawn time plus S (idle self-retirement).
 //   process-bench fleet --worker BIN --workers N --reps R
 //       N workers, then `BIN reap` over all of them: R dry runs, then one
-//       that stops them all; wall time of each.
+//       that stops them all. Per run: reap's wall time, time to its first
+//       line, CPU, peak RSS and most sockets at once; for the stop, each
+//       worker's exit time and CPU from the stop on.
+//   process-bench stub-fleet --worker BIN --stub BIN --workers N --reps R
+//                            [--concurrency C] [--tls DIR]
+//       `BIN reap` over N ports of one fleet-stub process (idle workers that
+//       answer Stop and stay): R dry runs and R runs that stop, with
+//       --concurrency C (default 64), plaintext or mutual TLS from DIR.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -201,19 +221,23 @@ long StatusKiB(pid_t pid, const std::string& field) {
   return -1;
 }
 
-// CpuSeconds is the user + system time of a live process so far (its own,
-// not its children's).
-double CpuSeconds(pid_t pid) {
+// CpuSeconds is the user + system time of a live process so far: its own,
+// and with `with_reaped_children` that of the children it has reaped too
+// (as wait4 counts it at its exit).
+double CpuSeconds(pid_t pid, bool with_reaped_children = false) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
-  // Fields after the command's closing parenthesis: state is field 3, utime
-  // and stime fields 14 and 15.
+  // Fields after the command's closing parenthesis: state is field 3,
+  // utime, stime, cutime and cstime fields 14 to 17.
   std::vector<std::string> fields =
       absl::StrSplit(stat.substr(stat.rfind(')') + 2), ' ');
-  if (fields.size() < 13) return 0;
-  return static_cast<double>(std::stol(fields[11]) + std::stol(fields[12])) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (fields.size() < 15) return 0;
+  long ticks = 0;
+  for (int i = 11; i <= (with_reaped_children ? 14 : 12); ++i) {
+    ticks += std::stol(fields[i]);
+  }
+  return static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // IdleOnce calls Idle on a fresh channel, waiting for the server to be ready.
@@ -351,6 +375,17 @@ Leg RunLeg(Child* server, const std::vector<std::string>& client,
 // repetition.
 using Series = std::map<std::string, std::vector<double>>;
 
+// Json renders a series as an object of arrays.
+std::string Json(const Series& series) {
+  std::string json = "{";
+  const char* sep = "";
+  for (const auto& [field, values] : series) {
+    json += sep + ("\"" + field + "\": ") + Json(values);
+    sep = ", ";
+  }
+  return json + "}";
+}
+
 int Pipes(const std::string& worker, const std::string& bare, long mib,
           int reps, const std::vector<std::string>& directions,
           const std::string& input_job) {
@@ -450,17 +485,182 @@ int Pipes(const std::string& worker, const std::string& bare, long mib,
     json += ", \"" + name + "\": {";
     const char* sep = "";
     for (const auto& [carrier, series] : by_carrier) {
-      json += sep + ("\"" + carrier + "\": {");
-      const char* field_sep = "";
-      for (const auto& [field, values] : series) {
-        json += field_sep + ("\"" + field + "\": ") + Json(values);
-        field_sep = ", ";
-      }
-      json += "}";
+      json += sep + ("\"" + carrier + "\": ") + Json(series);
       sep = ", ";
     }
     json += "}";
   }
+  std::printf("%s}\n", json.c_str());
+  return 0;
+}
+
+// ExecCalls makes `jobs` Dispatch calls of `/bin/true` (job ids
+// `prefix`-N) on `stub` in turn, each read to its end; it dies unless every
+// one exits 0. Returns each call's wall time in microseconds.
+std::vector<double> ExecCalls(v1::Worker::Stub& stub, const std::string& prefix,
+                              int jobs) {
+  std::vector<double> us;
+  v1::DispatchRequest request;
+  request.set_kind("exec");
+  request.mutable_exec()->add_argv("/bin/true");
+  for (int i = 0; i < jobs; ++i) {
+    request.set_job_id(prefix + "-" + std::to_string(i));
+    grpc::ClientContext context;
+    const Clock::time_point start = Clock::now();
+    auto reader = stub.Dispatch(&context, request);
+    bool exited_0 = false;
+    for (v1::DispatchEvent event; reader->Read(&event);) {
+      if (event.has_exit()) {
+        exited_0 = !event.exit().has_signal() && event.exit().code() == 0;
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    if (!status.ok() || !exited_0) {
+      Die("exec " + prefix + ": " + status.error_message());
+    }
+    us.push_back(Millis(Clock::now() - start) * 1000);
+  }
+  return us;
+}
+
+// Quantile is the q-quantile (nearest rank) of `values`.
+double Quantile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const auto at = static_cast<std::size_t>(q * (values.size() - 1) + 0.5);
+  return values[at];
+}
+
+// Exec measures the job start: `/bin/true` through the worker and through
+// the bare pipeline's server, interleaved by repetition (A B A B ...), so
+// drift on a shared machine hits both alike. A server's CPU is read before
+// and after its K calls (clock ticks: K is what makes them precise).
+int Exec(const std::string& worker, const std::string& bare, int jobs,
+         int reps) {
+  Child ours({worker, "serve", "--port", "0", "--max-concurrent-tasks", "1",
+              "--idle-timeout-seconds", "0"});
+  Child floor({bare, "serve", "--port", "0"});
+  std::map<std::string, Child*> servers = {{"ours", &ours}, {"bare", &floor}};
+  std::map<std::string, std::unique_ptr<v1::Worker::Stub>> stubs;
+  for (const auto& [name, server] : servers) {
+    stubs[name] = v1::Worker::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server->Port()),
+                            grpc::InsecureChannelCredentials()));
+    // Listening already; the first calls warm threads, pages and channel.
+    ExecCalls(*stubs[name], "warm-" + name, 10);
+  }
+  std::map<std::string, Series> series;
+  for (int r = 0; r < reps; ++r) {
+    for (const std::string name : {"ours", "bare"}) {
+      const double cpu_before = CpuSeconds(servers[name]->pid());
+      const std::vector<double> us =
+          ExecCalls(*stubs[name], "bench-exec-" + std::to_string(r), jobs);
+      const double cpu_s = CpuSeconds(servers[name]->pid()) - cpu_before;
+      series[name]["server_cpu_us_per_job"].push_back(cpu_s / jobs * 1e6);
+      series[name]["p50_us"].push_back(Quantile(us, 0.5));
+      series[name]["p99_us"].push_back(Quantile(us, 0.99));
+    }
+  }
+  for (const auto& [name, server] : servers) {
+    kill(server->pid(), SIGTERM);
+    server->Wait();
+  }
+  std::printf("{\"jobs\": %d, \"reps\": %d, \"ours\": %s, \"bare\": %s}\n",
+              jobs, reps, Json(series["ours"]).c_str(),
+              Json(series["bare"]).c_str());
+  return 0;
+}
+
+// JobsHeld runs `worker jobs --format json` against `address` and returns
+// its output.
+std::string JobsHeld(const std::string& worker, const std::string& address) {
+  Child jobs({worker, "jobs", "--address", address, "--format", "json"},
+             {.pipe_stdout = true});
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(jobs.stdout_fd(), buf, sizeof buf)) > 0;)
+    out.append(buf, static_cast<std::size_t>(n));
+  if (jobs.Wait() != 0) Die("jobs failed: " + jobs.log());
+  return out;
+}
+
+// LeaveDetached dispatches `job` as `job_id` with no detach limit, waits
+// until the worker lists it, then kills its `dispatch` (SIGKILL: a client
+// that died), leaving the job to run with nobody attached.
+void LeaveDetached(const std::string& worker, const std::string& address,
+                   const std::string& job_id,
+                   const std::vector<std::string>& job) {
+  std::vector<std::string> argv = {
+      worker,       "dispatch", "--address", address,
+      "--no-stdin", "--job-id", job_id,      "--detach-grace-seconds",
+      "-1",         "--"};
+  argv.insert(argv.end(), job.begin(), job.end());
+  Child client(argv);
+  const std::string listed = "\"job_id\":\"" + job_id + "\"";
+  for (int i = 0; JobsHeld(worker, address).find(listed) == std::string::npos;
+       ++i) {
+    if (i == 300) Die("job " + job_id + " never listed: " + client.log());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(client.pid(), SIGKILL);
+  client.Wait();
+}
+
+// Detached measures jobs as handles. Per run, interleaved: `cat` of N MiB
+// through `dispatch` (attached, as `pipes` output), then the same job left
+// detached (its `dispatch` killed before the job writes) and read later by
+// `attach` from offset 0, byte-exact: both rates, the worker's CPU. Then
+// `jobs` detached jobs at once (`--max-concurrent-tasks jobs`), each filling
+// its output buffer and paused: the worker's peak RSS growth.
+int Detached(const std::string& worker, long mib, int reps, int jobs) {
+  const SparseFile file(mib << 20);
+  Child server({worker, "serve", "--port", "0", "--max-concurrent-tasks",
+                std::to_string(jobs), "--idle-timeout-seconds", "0"});
+  const std::string address = "127.0.0.1:" + std::to_string(server.Port());
+  // The job sleeps until its dispatch is gone, then writes the file.
+  const std::vector<std::string> late_cat = {
+      "/bin/sh", "-c", "sleep 2; exec /bin/cat \"$0\"", file.path()};
+  std::map<std::string, Series> series;
+  for (int r = 0; r < reps; ++r) {
+    const Leg attached = RunLeg(&server,
+                                {worker, "dispatch", "--address", address,
+                                 "--no-stdin", "--", "/bin/cat", file.path()},
+                                nullptr, mib);
+    const std::string id = "bench-detached-" + std::to_string(r);
+    LeaveDetached(worker, address, id, late_cat);
+    // The job now writes with nobody attached until its buffer is full.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const Leg later = RunLeg(
+        &server, {worker, "attach", "--address", address, id}, nullptr, mib);
+    for (const Leg* leg : {&attached, &later}) {
+      if (leg->out_bytes != mib << 20 ||
+          leg->head != std::string(leg->head.size(), '\0')) {
+        Die("wrong output: " + std::to_string(leg->out_bytes) + " bytes");
+      }
+    }
+    for (const auto& [name, leg] : {std::pair{"attached", &attached},
+                                    std::pair{"attach_later", &later}}) {
+      series[name]["mib_per_s"].push_back(leg->mib_per_s);
+      series[name]["server_cpu_s"].push_back(leg->server_cpu_s);
+    }
+  }
+  // `jobs` detached jobs that each fill their buffer and wait.
+  const long rss_before = StatusKiB(server.pid(), "VmRSS");
+  std::ofstream("/proc/" + std::to_string(server.pid()) + "/clear_refs") << "5";
+  for (int j = 0; j < jobs; ++j) {
+    LeaveDetached(worker, address, "bench-full-" + std::to_string(j),
+                  {"/bin/cat", "/dev/zero"});
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const long growth_kib = StatusKiB(server.pid(), "VmHWM") - rss_before;
+  kill(server.pid(), SIGKILL);  // the job guard kills the jobs with it
+  server.Wait();
+  std::string json =
+      "{\"mib\": " + std::to_string(mib) +
+      ", \"reps\": " + std::to_string(reps) +
+      ", \"jobs\": " + std::to_string(jobs) +
+      ", \"full_buffers_growth_kib\": " + std::to_string(growth_kib);
+  for (const auto& [name, fields] : series)
+    json += ", \"" + name + "\": " + Json(fields);
   std::printf("%s}\n", json.c_str());
   return 0;
 }
@@ -547,25 +747,91 @@ int Retire(const std::string& worker, int reps, double idle_timeout) {
   return 0;
 }
 
-// ReapWall runs `worker reap ARGS` over `ports` (given on its stdin) and
-// returns its wall time in ms; it must exit 0.
-double ReapWall(const std::string& worker, const std::vector<int>& ports,
-                std::vector<std::string> args) {
-  std::string addresses;
-  for (const int port : ports) {
-    addresses += "127.0.0.1:" + std::to_string(port) + "\n";
+// Sockets counts the sockets `pid` has open now (0 once it is gone).
+int Sockets(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* fds = opendir(dir.c_str());
+  if (fds == nullptr) return 0;
+  int sockets = 0;
+  char target[64];
+  while (const dirent* entry = readdir(fds)) {
+    const std::string link = dir + "/" + entry->d_name;
+    const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+    if (n > 7 && std::strncmp(target, "socket:", 7) == 0) ++sockets;
   }
-  const std::string list = "/tmp/process-bench-fleet.txt";
-  std::ofstream(list) << addresses;
-  args.insert(args.begin(), {worker, "reap", "--addresses-from", list});
-  const Clock::time_point start = Clock::now();
-  Child reap(args);
-  const int status = reap.Wait();
-  const double ms = Millis(reap.exited_at() - start);
-  if (status != 0) Die("reap failed: " + reap.log());
-  return ms;
+  closedir(fds);
+  return sockets;
 }
 
+// ReapRun is one `reap`, measured from outside.
+struct ReapRun {
+  double wall_ms = 0;        // spawn -> exit
+  double first_line_ms = 0;  // spawn -> its first result line
+  double cpu_s = 0;          // its user + system time
+  double peak_kib = 0;       // its peak resident set
+  int most_sockets = 0;      // the most sockets it held at once (sampled)
+};
+
+// RunReapOnce runs `worker reap` over the addresses in `list` (one a line)
+// with `args`; it must exit 0 with a line per address.
+ReapRun RunReapOnce(const std::string& worker, const std::string& list,
+                    int addresses, std::vector<std::string> args) {
+  args.insert(args.begin(), {worker, "reap", "--addresses-from", list});
+  Child reap(args, {.pipe_stdout = true});
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0};
+  std::thread sampler([&] {
+    while (!done.load()) {
+      most.store(std::max(most.load(), Sockets(reap.pid())));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  FILE* out = fdopen(dup(reap.stdout_fd()), "r");
+  ReapRun run;
+  int lines = 0;
+  char line[4096];
+  while (std::fgets(line, sizeof line, out) != nullptr) {
+    if (lines++ == 0) run.first_line_ms = Millis(Clock::now() - reap.started());
+  }
+  std::fclose(out);
+  const int status = reap.Wait();
+  done.store(true);
+  sampler.join();
+  if (status != 0 || lines != addresses) {
+    Die("reap failed (" + std::to_string(lines) + " lines): " + reap.log());
+  }
+  run.wall_ms = Millis(reap.exited_at() - reap.started());
+  run.cpu_s = reap.cpu_seconds();
+  run.peak_kib = static_cast<double>(reap.max_rss_kib());
+  run.most_sockets = most.load();
+  return run;
+}
+
+std::string Json(const std::vector<ReapRun>& runs) {
+  std::vector<double> wall, first, cpu, peak, sockets;
+  for (const ReapRun& r : runs) {
+    wall.push_back(r.wall_ms);
+    first.push_back(r.first_line_ms);
+    cpu.push_back(r.cpu_s);
+    peak.push_back(r.peak_kib);
+    sockets.push_back(r.most_sockets);
+  }
+  return "{\"wall_ms\": " + Json(wall) + ", \"first_line_ms\": " + Json(first) +
+         ", \"cpu_s\": " + Json(cpu) + ", \"peak_kib\": " + Json(peak) +
+         ", \"most_sockets\": " + Json(sockets) + "}";
+}
+
+// WriteList writes "127.0.0.1:PORT" lines to a file and returns its name.
+std::string WriteList(const std::vector<int>& ports) {
+  const std::string list =
+      "/tmp/process-bench-fleet-" + std::to_string(getpid()) + ".txt";
+  std::ofstream out(list);
+  for (const int port : ports) out << "127.0.0.1:" << port << "\n";
+  return list;
+}
+
+// Fleet: N real workers, R dry runs, then one run that stops them all,
+// timing each worker's exit and its CPU from the stop on.
 int Fleet(const std::string& worker, int workers, int reps) {
   std::vector<std::unique_ptr<Child>> children;
   std::vector<int> ports;
@@ -575,18 +841,88 @@ int Fleet(const std::string& worker, int workers, int reps) {
         "--max-concurrent-tasks", "1"}));
   }
   for (auto& child : children) ports.push_back(child->Port());
-  std::vector<double> dry_ms;
+  const std::string list = WriteList(ports);
+  std::vector<ReapRun> dry;
   for (int r = 0; r < reps; ++r) {
-    dry_ms.push_back(ReapWall(
-        worker, ports, {"--idle-threshold-seconds", "0.001", "--dry-run"}));
+    dry.push_back(
+        RunReapOnce(worker, list, workers,
+                    {"--idle-threshold-seconds", "0.001", "--dry-run"}));
   }
-  const double stop_ms =
-      ReapWall(worker, ports, {"--idle-threshold-seconds", "0.001"});
+  std::vector<double> cpu_before;
   for (auto& child : children) {
-    if (child->Wait() != 0) Die("a worker did not exit 0: " + child->log());
+    cpu_before.push_back(
+        CpuSeconds(child->pid(), /*with_reaped_children=*/true));
   }
-  std::printf("{\"workers\": %d, \"dry_run_ms\": %s, \"stop_ms\": %g}\n",
-              workers, Json(dry_ms).c_str(), stop_ms);
+  std::vector<std::thread> waiters;
+  for (auto& child : children) {
+    waiters.emplace_back([&child] { child->Wait(); });
+  }
+  const Clock::time_point start = Clock::now();
+  const ReapRun stop =
+      RunReapOnce(worker, list, workers, {"--idle-threshold-seconds", "0.001"});
+  for (std::thread& waiter : waiters) waiter.join();
+  std::vector<double> exit_ms, exit_cpu_s;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    exit_ms.push_back(Millis(children[i]->exited_at() - start));
+    exit_cpu_s.push_back(children[i]->cpu_seconds() - cpu_before[i]);
+  }
+  std::remove(list.c_str());
+  std::printf(
+      "{\"workers\": %d, \"dry\": %s, \"stop\": %s, \"worker_exit_ms\": %s, "
+      "\"worker_stop_cpu_s\": %s}\n",
+      workers, Json(dry).c_str(), Json(std::vector<ReapRun>{stop}).c_str(),
+      Json(exit_ms).c_str(), Json(exit_cpu_s).c_str());
+  return 0;
+}
+
+// StubFleet: `stub --ports N` (fleet-stub), then R dry runs and R runs that
+// stop (the stub answers and stays), with mutual TLS from `tls_dir` if set
+// (ca.pem, server.pem, server-key.pem, client.pem, client-key.pem; the
+// server's SAN is stub.fleet).
+int StubFleet(const std::string& worker, const std::string& stub, int ports,
+              int reps, int concurrency, const std::string& tls_dir) {
+  std::vector<std::string> argv = {stub, "--ports", std::to_string(ports)};
+  std::vector<std::string> tls;
+  if (!tls_dir.empty()) {
+    argv.insert(argv.end(), {"--tls", tls_dir});
+    tls = {"--tls-ca",       tls_dir + "/ca.pem",
+           "--tls-cert",     tls_dir + "/client.pem",
+           "--tls-key",      tls_dir + "/client-key.pem",
+           "--tls-identity", "stub.fleet"};
+  }
+  Child server(argv, {.pipe_stdout = true});
+  FILE* out = fdopen(dup(server.stdout_fd()), "r");
+  std::vector<int> listening;
+  char line[128];
+  while (std::fgets(line, sizeof line, out) != nullptr &&
+         std::strncmp(line, "ready", 5) != 0) {
+    listening.push_back(std::atoi(std::strrchr(line, ':') + 1));
+  }
+  std::fclose(out);
+  if (static_cast<int>(listening.size()) != ports) {
+    Die("the stub did not listen: " + server.log());
+  }
+  const std::string list = WriteList(listening);
+  std::vector<ReapRun> dry, stop;
+  for (int r = 0; r < reps; ++r) {
+    for (const bool dry_run : {true, false}) {
+      std::vector<std::string> args = {"--idle-threshold-seconds", "1",
+                                       "--concurrency",
+                                       std::to_string(concurrency)};
+      args.insert(args.end(), tls.begin(), tls.end());
+      if (dry_run) args.push_back("--dry-run");
+      (dry_run ? dry : stop).push_back(RunReapOnce(worker, list, ports, args));
+    }
+  }
+  const double stub_cpu_s = CpuSeconds(server.pid());
+  kill(server.pid(), SIGKILL);
+  server.Wait();
+  std::remove(list.c_str());
+  std::printf(
+      "{\"ports\": %d, \"concurrency\": %d, \"tls\": %s, \"dry\": %s, "
+      "\"stop\": %s, \"stub_cpu_s\": %g}\n",
+      ports, concurrency, tls_dir.empty() ? "false" : "true", Json(dry).c_str(),
+      Json(stop).c_str(), stub_cpu_s);
   return 0;
 }
 
@@ -595,13 +931,16 @@ int Fleet(const std::string& worker, int workers, int reps) {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc < 2)
-    Die("usage: process-bench start|pipes|trickle|retire|fleet ...");
+    Die("usage: process-bench start|pipes|exec|trickle|detached|retire|fleet|"
+        "stub-fleet ...");
   const std::string mode = argv[1];
   int reps = 3;
   long mib = 1024;
   double idle_timeout = 2;
   int workers = 200;
-  std::string worker, bare;
+  int concurrency = 64;
+  int jobs = 4;
+  std::string worker, bare, stub, tls_dir;
   std::vector<std::string> directions = {"output", "input", "both"};
   std::string input_job = "/usr/bin/sha256sum";
   std::vector<std::string> program;
@@ -625,6 +964,14 @@ int main(int argc, char** argv) {
       input_job = value();
     else if (arg == "--workers")
       workers = std::stoi(value());
+    else if (arg == "--stub")
+      stub = value();
+    else if (arg == "--concurrency")
+      concurrency = std::stoi(value());
+    else if (arg == "--jobs")
+      jobs = std::stoi(value());
+    else if (arg == "--tls")
+      tls_dir = value();
     else if (arg == "--idle-timeout")
       idle_timeout = std::stod(value());
     else if (arg == "--") {
@@ -636,9 +983,16 @@ int main(int argc, char** argv) {
   if (mode == "start" && !program.empty()) return Start(reps, program);
   if (mode == "pipes" && !worker.empty() && !bare.empty())
     return Pipes(worker, bare, mib, reps, directions, input_job);
+  if (mode == "exec" && !worker.empty() && !bare.empty())
+    return Exec(worker, bare, jobs, reps);
   if (mode == "trickle" && !worker.empty()) return Trickle(worker, reps);
+  if (mode == "detached" && !worker.empty())
+    return Detached(worker, mib, reps, jobs);
   if (mode == "retire" && !worker.empty())
     return Retire(worker, reps, idle_timeout);
   if (mode == "fleet" && !worker.empty()) return Fleet(worker, workers, reps);
+  if (mode == "stub-fleet" && !worker.empty() && !stub.empty()) {
+    return StubFleet(worker, stub, workers, reps, concurrency, tls_dir);
+  }
   Die("bad mode or missing --worker / --bare / program");
 }

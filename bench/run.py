@@ -12,9 +12,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 END = "<!-- end of the generated part; text below is kept by bench/run.py -->"
@@ -29,12 +31,23 @@ PIPES_REPS = 5
 PIPES_BIG_MIB = 8192
 PIPES_BIG_REPS = 1
 RSS_LIMIT_MIB = 64
+CPU_RATIO = 1.3  # issue 24: worker CPU per GiB and per job vs the floor's
+EXEC_JOBS = 200  # process-bench exec: calls of /bin/true per run and server
+EXEC_REPS = 5
+DETACHED_MIB = 512  # jobs as handles: attached vs detached, read by attach
+DETACHED_REPS = 5
+DETACHED_JOBS = 4  # detached jobs filling their buffers at once
 TRICKLE_REPS = 5  # runs of 20 lines, 100 ms apart
 RETIRE_REPS = 3
 IDLE_POLL_CADENCE_S = 15  # serve's default idle poll interval
 RETIRE_IDLE_TIMEOUT_S = 2
 FLEET_WORKERS = 200  # issue 14: one reap over 200 workers in < 2 s
 FLEET_REPS = 3
+# reap against fleet-stub (one process, many ports of idle workers): the
+# client's own cost, where that many real workers would not fit.
+STUB_PORTS = 2000
+STUB_REPS = 3
+FLEET_SCALE = 10000  # the fleet the stub figures are extrapolated to
 
 
 def run(cmd):
@@ -141,15 +154,8 @@ def pipes_rows(pp, pb):
                      f"< +{RSS_LIMIT_MIB} MiB each",
                      verdict(max(ws, wc) < RSS_LIMIT_MIB)))
 
-    def cpu(series):
-        per_gib = pp["mib"] / 1024
-        return (f"{med(series['server_cpu_s']) / per_gib:.2f} + "
-                f"{med(series['client_cpu_s']) / per_gib:.2f} s")
+    rows += cpu_rows(pp)
     dirs = ("output", "input", "both")
-    rows.append(("CPU per GiB, server + client (output; input; both)",
-                 "; ".join(cpu(ours[d]) for d in dirs),
-                 "; ".join(cpu(bare[d]) for d in dirs) + " (bare)",
-                 "—", "— (where the time goes)", "—"))
     local = {d: med(pp[d]["local"]["mib_per_s"]) for d in dirs}
     rows.append(("the same programs as a local pipeline, no gRPC (output; "
                  "input; both)",
@@ -162,15 +168,190 @@ def pipes_rows(pp, pb):
     return rows
 
 
+def spread(values, unit="", digits=2):
+    """'median (min-max)' of one figure's values over runs."""
+    return (f"{fmt(med(values), digits)}{unit} ({fmt(min(values), digits)}-"
+            f"{fmt(max(values), digits)})")
+
+
+def paired(ours, bare):
+    """The ratio of the medians, and the range of the run-by-run ratios
+    (each run of ours against the floor's run next to it)."""
+    each = [o / b for o, b in zip(ours, bare) if b > 0]
+    return (f"{med(ours) / med(bare):.2f}× (run by run "
+            f"{min(each):.2f}-{max(each):.2f}×)"), med(ours) / med(bare)
+
+
+def cpu_rows(pp):
+    """CPU seconds per GiB of each direction: the worker's against the bare
+    server's (a verdict), `dispatch`'s against the bare client's."""
+    per_gib = pp["mib"] / 1024
+    what = {"output": "output (`cat` in the job)",
+            "input": f"input (`\\| {os.path.basename(pp['input_job'])}`)",
+            "both": "both (`\\| cat \\|`)"}
+    rows = []
+    for d in ("output", "input", "both"):
+        if d not in pp:
+            continue
+        ours, bare = pp[d]["ours"], pp[d]["bare"]
+        for side, floor, target in (("server", "bare server", CPU_RATIO),
+                                    ("client", "bare client", None)):
+            o = [x / per_gib for x in ours[f"{side}_cpu_s"]]
+            b = [x / per_gib for x in bare[f"{side}_cpu_s"]]
+            ratio, r = paired(o, b)
+            name = "worker" if side == "server" else "`dispatch`"
+            rows.append((f"{name} CPU per GiB, {what[d]}", spread(o, " s"),
+                         f"{spread(b, ' s')} ({floor})", ratio,
+                         f"≤ {target}×" if target else "— (stated)",
+                         verdict(r <= target) if target else "—"))
+    return rows
+
+
+def exec_rows(ex):
+    """The job start through whole processes: `/bin/true` per job, the
+    worker against the bare pipeline's server, CPU and wall time."""
+    ours, bare = ex["ours"], ex["bare"]
+    cpu, r = paired(ours["server_cpu_us_per_job"], bare["server_cpu_us_per_job"])
+    wall, w = paired(ours["p50_us"], bare["p50_us"])
+    floor = "(`bench/bare_pipe.cc` server: `posix_spawn` + `waitpid`)"
+    return [
+        (f"worker CPU per job, `exec` of `/bin/true` ({ex['jobs']} calls a run "
+         "on one channel, in turn)",
+         spread(ours["server_cpu_us_per_job"], " µs", 0),
+         f"{spread(bare['server_cpu_us_per_job'], ' µs', 0)} {floor}",
+         cpu, f"≤ {CPU_RATIO}×", verdict(r <= CPU_RATIO)),
+        ("the same calls' wall time, call → end of stream (p50; p99 median)",
+         f"{spread(ours['p50_us'], ' µs', 0)}; {fmt(med(ours['p99_us']), 0)} µs",
+         f"{spread(bare['p50_us'], ' µs', 0)}; {fmt(med(bare['p99_us']), 0)} µs "
+         "(same)", wall, f"≤ {CPU_RATIO}×", verdict(w <= CPU_RATIO)),
+    ]
+
+
+def knob_default(worker, flag):
+    """A serve knob's default as `serve --help` states it (the knob table's),
+    as a number."""
+    text = run([worker, "serve", "--help"])
+    m = re.search(re.escape(flag) + r"[^\n]*?\(default ([0-9.]+)\)", text)
+    if m is None:
+        sys.exit(f"bench: no default for {flag} in serve --help")
+    return float(m.group(1))
+
+
+def detached_rows(dt, buffer_mib):
+    """Jobs as handles: a detached job's output read later by `attach`,
+    against the same job attached, and the memory of full buffers."""
+    a, later = dt["attached"], dt["attach_later"]
+    ratio = med(later["mib_per_s"]) / med(a["mib_per_s"])
+    per_gib = dt["mib"] / 1024
+    k = dt["jobs"]
+    # The documented bound (docs/RELIABILITY.md): K buffers in flight and as
+    # much again for retained results, plus the outcomes (~4 MiB at most).
+    bound = 2 * k * buffer_mib + 4
+    growth = dt["full_buffers_growth_kib"] / 1024
+    return [
+        (f"a detached job's output ({size(dt['mib'])}, `cat`), read later by "
+         "`attach` from offset 0, byte-exact",
+         rate(later), f"{rate(a)} (the same job through `dispatch`, attached)",
+         f"{ratio:.2f}×", "≥ 0.8×", verdict(ratio >= 0.8)),
+        ("worker CPU per GiB: read later by `attach`; attached",
+         f"{med(later['server_cpu_s']) / per_gib:.2f} s",
+         f"{med(a['server_cpu_s']) / per_gib:.2f} s", "—", "—", "—"),
+        (f"worker peak RSS growth, {k} detached jobs (= max_concurrent_tasks) "
+         f"each filling its {fmt(buffer_mib, 0)} MiB buffer",
+         f"+{fmt(growth)} MiB", f"{bound} MiB (the documented bound: "
+         f"2 × {k} × {fmt(buffer_mib, 0)} MiB + 4 MiB of outcomes)",
+         f"{growth / bound:.2f}×", "within the bound", verdict(growth <= bound)),
+    ]
+
+
+def stub_pki(directory):
+    """A CA, a server certificate for SAN stub.fleet and a client
+    certificate, as PEM files in `directory`, made with the openssl CLI."""
+    def ssl(*args):
+        subprocess.run(["openssl", *args], check=True, cwd=directory,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+        "-nodes", "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=fleet-stub CA")
+    for name, san, usage in (("server", "DNS:stub.fleet", "serverAuth"),
+                             ("client", "DNS:reaper.fleet", "clientAuth")):
+        ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", f"{name}-key.pem", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}")
+        with open(os.path.join(directory, f"{name}.ext"), "w") as f:
+            f.write(f"subjectAltName={san}\nextendedKeyUsage={usage}\n")
+        ssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey",
+            "ca-key.pem", "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
+            "-extfile", f"{name}.ext")
+
+
+def fleet_rows(build, process, worker):
+    """`reap` over real local workers, and over fleet-stub ports (plaintext
+    and mutual TLS), extrapolated to FLEET_SCALE workers."""
+    fl = json.loads(run([process, "fleet", "--worker", worker, "--workers",
+                         str(FLEET_WORKERS), "--reps", str(FLEET_REPS)]))
+    stub = [process, "stub-fleet", "--worker", worker, "--stub",
+            f"{build}/bench/fleet-stub", "--workers", str(STUB_PORTS),
+            "--reps", str(STUB_REPS)]
+    st = json.loads(run(stub))
+    with tempfile.TemporaryDirectory() as pki:
+        stub_pki(pki)
+        tl = json.loads(run(stub + ["--tls", pki]))
+
+    rows = []
+    n = fl["workers"]
+    dry = med(fl["dry"]["wall_ms"]) / 1000
+    stop = fl["stop"]["wall_ms"][0] / 1000
+    exit_cpu = fl["worker_stop_cpu_s"]
+    rows.append((f"`cfdb-worker reap` over {n} local workers: wall time "
+                 "(dry run; the run that stops them all)",
+                 f"{dry:.3f} s; {stop:.3f} s ({dry / n * 1000:.1f} ms; "
+                 f"{stop / n * 1000:.1f} ms per worker)",
+                 "—", "—", "< 2 s", verdict(max(dry, stop) < 2)))
+    rows.append((f"where that stop run's time goes: reap's CPU; the workers' "
+                 f"CPU from the stop to their exit; the last exit",
+                 f"{fl['stop']['cpu_s'][0]:.2f} s; {sum(exit_cpu):.2f} s in all, "
+                 f"{med(exit_cpu) * 1000:.0f} ms per worker (median); "
+                 f"{max(fl['worker_exit_ms']) / 1000:.3f} s after reap started",
+                 f"{n} workers' exits on {os.cpu_count()} CPUs: "
+                 f"≥ {sum(exit_cpu) / os.cpu_count():.2f} s",
+                 "—", "— (where the time goes)", "—"))
+    for r, what in ((st, "plaintext"), (tl, "mutual TLS")):
+        ports = r["ports"]
+        for kind in ("dry", "stop"):
+            wall = med(r[kind]["wall_ms"]) / 1000
+            cpu = med(r[kind]["cpu_s"])
+            rows.append((
+                f"`reap` alone: {ports} ports of `bench/fleet_stub.cc` "
+                f"(idle workers that stay), {what}, "
+                f"{'dry run' if kind == 'dry' else 'stopping'}, "
+                f"--concurrency {r['concurrency']}: wall; reap's CPU; peak RSS; "
+                "most sockets at once",
+                f"{wall:.2f} s; {cpu:.2f} s ({cpu / ports * 1000:.2f} ms a "
+                f"worker); {max(r[kind]['peak_kib']) / 1024:.1f} MiB; "
+                f"{max(r[kind]['most_sockets']):.0f}",
+                f"{FLEET_SCALE:,}: {wall / ports * FLEET_SCALE:.0f} s wall, "
+                f"{cpu / ports * FLEET_SCALE:.0f} s CPU (× {FLEET_SCALE // ports})",
+                "—", "— (channels ≤ concurrency; a done connection's socket "
+                "closes a moment after its channel)", "—"))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build-bench")
     ap.add_argument("--out", default="docs/PERFORMANCE.md")
+    ap.add_argument("--only", choices=["fleet"],
+                    help="run only this part and print its rows; write nothing")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     worker = f"{build}/cfdb-worker"
     process = f"{build}/bench/process-bench"
     started = time.monotonic()
+    if args.only == "fleet":
+        for row in fleet_rows(build, process, worker):
+            print("| " + " | ".join(row) + " |")
+        return
 
     g = gbench(build)
     ws = json.loads(run([process, "start", "--reps", str(START_REPS), "--",
@@ -181,12 +362,17 @@ def main():
     pp = json.loads(run(pipes + ["--mib", str(PIPES_MIB), "--reps", str(PIPES_REPS)]))
     pb = json.loads(run(pipes + ["--mib", str(PIPES_BIG_MIB), "--reps", str(PIPES_BIG_REPS),
                                  "--directions", "output,input"]))
+    ex = json.loads(run([process, "exec", "--worker", worker, "--bare",
+                         f"{build}/bench/bare-pipe", "--jobs", str(EXEC_JOBS),
+                         "--reps", str(EXEC_REPS)]))
+    dt = json.loads(run([process, "detached", "--worker", worker, "--mib",
+                         str(DETACHED_MIB), "--reps", str(DETACHED_REPS),
+                         "--jobs", str(DETACHED_JOBS)]))
     tr = json.loads(run([process, "trickle", "--worker", worker, "--reps",
                          str(TRICKLE_REPS)]))
     rt = json.loads(run([process, "retire", "--worker", worker, "--reps", str(RETIRE_REPS),
                          "--idle-timeout", str(RETIRE_IDLE_TIMEOUT_S)]))
-    fl = json.loads(run([process, "fleet", "--worker", worker, "--workers",
-                         str(FLEET_WORKERS), "--reps", str(FLEET_REPS)]))
+    fleet = fleet_rows(build, process, worker)
     elapsed = time.monotonic() - started
 
     def c(name, key, threads=1):
@@ -239,13 +425,16 @@ def main():
     rows.append(("`exec` of `/bin/true`, per job (p50)",
                  f"{fmt(ew)} µs (p99 {fmt(c('ExecTrue/WorkerConnection', 'p99_us'))} µs)",
                  f"{fmt(ep)} µs (`posix_spawn` + `waitpid`)",
-                 f"{ew / ep:.2f}×, +{fmt(ew - ep)} µs", "≤ 1.5×", verdict(ew / ep <= 1.5)))
+                 f"{ew / ep:.2f}×, +{fmt(ew - ep)} µs", f"≤ {CPU_RATIO}×",
+                 verdict(ew / ep <= CPU_RATIO)))
     er, ed = c("ExecTrue/RunExecDirect", "p50_us"), c("ExecTrue/WorkerDirect", "p50_us")
     rows.append(("the same without gRPC (p50): `RunExec` alone; via `Worker::Dispatch`",
                  f"{fmt(er)} µs; {fmt(ed)} µs",
                  f"{fmt(ep)} µs (same floor)",
                  f"{er / ep:.2f}×; {ed / ep:.2f}×", "— (where the time goes)", "—"))
+    rows += exec_rows(ex)
     rows += pipes_rows(pp, pb)
+    rows += detached_rows(dt, knob_default(worker, "--job-output-buffer-mib"))
     first, line = med(tr["first_line_ms"]), max(tr["line_ms"])
     rows.append(("`producer \\| dispatch -- cat`, a line every 100 ms, never "
                  "closed: spawn → first line back (the job started); each "
@@ -278,13 +467,7 @@ def main():
                  f"{ov / IDLE_POLL_CADENCE_S:.3f}×", "< 0.1×",
                  verdict(ov / IDLE_POLL_CADENCE_S < 0.1)))
 
-    dry = med(fl["dry_run_ms"]) / 1000
-    stop = fl["stop_ms"] / 1000
-    rows.append((f"`cfdb-worker reap` over {fl['workers']} local workers: wall time "
-                 "(dry run; the run that stops them all)",
-                 f"{dry:.3f} s; {stop:.3f} s ({dry / fl['workers'] * 1000:.1f} ms; "
-                 f"{stop / fl['workers'] * 1000:.1f} ms per worker)",
-                 "—", "—", "< 2 s", verdict(max(dry, stop) < 2)))
+    rows += fleet
 
     nproc, model, kernel = machine()
     lines = [
@@ -304,9 +487,14 @@ def main():
         "execs, 40 stops), then the median over repetitions. Whole-process figures "
         f"(`bench/process_bench.cc`): cold start, memory and SIGTERM {START_REPS} "
         f"processes each, streaming {PIPES_REPS} runs of each direction at "
-        f"{PIPES_MIB // 1024} GiB and {PIPES_BIG_REPS} at {PIPES_BIG_MIB // 1024} GiB, "
+        f"{PIPES_MIB // 1024} GiB and {PIPES_BIG_REPS} at {PIPES_BIG_MIB // 1024} GiB "
+        "(the worker's and the bare pipeline's runs interleaved, A B A B), "
+        f"the job start {EXEC_REPS} runs of {EXEC_JOBS} calls on each server, "
+        "interleaved, "
+        f"jobs as handles {DETACHED_REPS} runs of each at {DETACHED_MIB} MiB, "
         f"idle retirement {RETIRE_REPS} workers, the fleet reap {FLEET_REPS} dry "
-        "runs then one that stops; medians (with the range where shown).",
+        f"runs then one that stops, the stub fleet {STUB_REPS} of each; medians "
+        "(with the range where shown).",
         "",
         "| figure | measured (median) | floor, same run (median) | ratio | target | verdict |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -331,8 +519,16 @@ def main():
         "spawn-to-exit. The server's peak RSS is VmHWM after resetting it "
         "(`/proc/PID/clear_refs`) minus VmRSS before the run; the client's is "
         "its `ru_maxrss` (wait4) minus that of the same client running "
-        "`/bin/true`. "
-        "Allocations are counted by a replaced `operator new` in the benchmark.",
+        "`/bin/true`. CPU per GiB is each process's user + system time over the "
+        "run (`/proc/PID/stat`; the server's own threads, not its jobs); a CPU "
+        "ratio is of the medians, with the range of the ratios of each run to "
+        "the floor's run beside it. The job start (`process-bench exec`): "
+        f"{EXEC_JOBS} `Dispatch` calls of `/bin/true` in turn on one channel to "
+        "the worker, then as many to the bare pipeline's server, per run; the "
+        "server's CPU over them divided by their number. "
+        "Allocations are counted by a replaced `operator new` in the benchmark. "
+        "Counts of system calls, context switches and page faults per GiB and "
+        "per job: `bench/where.py` (below).",
         "",
         END,
     ]

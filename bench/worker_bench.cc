@@ -60,16 +60,23 @@ void Percentiles(benchmark::State& state, std::vector<double> us) {
   state.counters["p99_us"] = at(0.99);
 }
 
+// NextJobId returns a new job id each call: a worker refuses the id of a job
+// it runs or retains.
+std::string NextJobId() {
+  static std::atomic<uint64_t> next{0};
+  return absl::StrCat("bench-", ++next);
+}
+
 JobRequest NoopRequest() {
   JobRequest request;
-  request.job_id = "bench";
+  request.job_id = NextJobId();
   request.kind = "noop";
   return request;
 }
 
 JobRequest ExecRequest(std::vector<std::string> argv) {
   JobRequest request;
-  request.job_id = "bench";
+  request.job_id = NextJobId();
   request.kind = kExecKind;
   MutableExec(request).argv = std::move(argv);
   MutableExec(request).env = {{"PATH", "/usr/bin:/bin"}};
@@ -290,9 +297,10 @@ void BM_Floor_SteadyClockNow(benchmark::State& state) {
 
 void BM_NoopJob_WorkerConnection(benchmark::State& state) {
   WorkerConnection& connection = WorkerEnv::Shared().connection();
-  const JobRequest request = NoopRequest();
+  JobRequest request = NoopRequest();
   long errors = 0;
   for (auto _ : state) {
+    request.job_id = NextJobId();
     errors += !connection.Dispatch(request, {}, std::chrono::seconds(30)).ok();
   }
   state.SetItemsProcessed(state.iterations());
@@ -363,8 +371,9 @@ void BM_NoopJob_WorkerDirect(benchmark::State& state) {
 
 void BM_ExecTrue_WorkerConnection(benchmark::State& state) {
   WorkerConnection& connection = WorkerEnv::Shared().connection();
-  const JobRequest request = ExecRequest({"/bin/true"});
+  JobRequest request = ExecRequest({"/bin/true"});
   TimedLoop(state, [&] {
+    request.job_id = NextJobId();
     absl::StatusOr<JobOutcome> outcome =
         connection.Dispatch(request, {}, std::chrono::seconds(30));
     return outcome.ok() && outcome->ShellStatus() == 0;
@@ -384,8 +393,9 @@ void BM_ExecTrue_RunExecDirect(benchmark::State& state) {
 // The worker without gRPC: Worker::Dispatch, a job thread, RunExec.
 void BM_ExecTrue_WorkerDirect(benchmark::State& state) {
   Worker& worker = WorkerEnv::Shared().worker();
-  const JobRequest request = ExecRequest({"/bin/true"});
+  JobRequest request = ExecRequest({"/bin/true"});
   TimedLoop(state, [&] {
+    request.job_id = NextJobId();
     auto job = std::make_shared<DirectJob>(request);
     if (!worker.Dispatch(job).ok()) return false;
     job->WaitDone();

@@ -56,7 +56,7 @@ fuzz: fuzz-build
 fuzz-smoke: fuzz-build
 	$(call run_fuzzers,-runs=$(FUZZ_RUNS))
 
-# A long soak (tests/soak_test.cc) in the normal build; ctest runs a short one.
+# A long soak (tests/rpc/soak_test.cc) in the normal build; ctest runs a short one.
 .PHONY: soak
 SOAK_JOBS ?= 2000
 SOAK_CLIENTS ?= 8
@@ -69,7 +69,7 @@ soak: configure
 # format-check (clang-format, Google style, on every C++ file git tracks),
 # tidy (clang-tidy over src/, .clang-tidy, on the main build's compile
 # commands) and check-layers (no include cycle; includes point down the
-# layers; core and exec include no gRPC). Locking annotations are checked by
+# layers, in src/, include/ and tests/; core and exec include no gRPC). Locking annotations are checked by
 # every clang build (-Wthread-safety -Werror=thread-safety): CI's is the fuzz
 # build.
 .PHONY: format format-check tidy check-layers

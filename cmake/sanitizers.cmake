@@ -27,11 +27,14 @@ if(CFDB_SANITIZE_FLAGS)
   add_link_options(${CFDB_SANITIZE_FLAGS})
 endif()
 
-# TSan cannot see the uninstrumented abseil's absl::Mutex order memory;
-# tests/support/tsan_absl.cc tells it, in every program linked from here on.
+# TSan cannot see the uninstrumented abseil's absl::Mutex order memory, nor
+# spdlog's lazily built registry; tests/support/tsan_absl.cc tells it, in
+# every program linked from here on.
 if(CFDB_SANITIZE STREQUAL "thread")
+  find_package(spdlog CONFIG REQUIRED)
   add_library(cfdb_tsan_absl STATIC
     ${CMAKE_CURRENT_LIST_DIR}/../tests/support/tsan_absl.cc)
+  target_link_libraries(cfdb_tsan_absl PRIVATE spdlog::spdlog)
   link_libraries(cfdb_tsan_absl)
 endif()
 

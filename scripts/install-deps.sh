@@ -16,6 +16,9 @@ if [ "${CFDB_DEPS:-all}" != build ]; then
     clang libclang-rt-14-dev clang-format clang-tidy faketime python3-h2
     python3-grpcio python3-grpc-tools python3-setuptools openssl
     python3-jsonschema
+    # The Python client's wheel, built and installed in a venv, and its
+    # typing check (clients/python/tests/test_packaging.py, python_mypy).
+    python3-venv python3-pip python3-wheel mypy
   )
 fi
 missing=()

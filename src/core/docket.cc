@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
+
 namespace cfdb::worker {
 
 Docket::Docket(const Clock& clock, std::size_t capacity)
@@ -57,6 +59,23 @@ std::size_t Docket::in_flight() const {
 void Docket::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
+}
+
+absl::Status Docket::CloseIfIdleFor(Duration idle_for) {
+  absl::MutexLock lock(&mu_);
+  if (!jobs_.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "busy: %d job(s) in flight (idle 0 s, asked for %.3f s)", jobs_.size(),
+        ToSeconds(idle_for)));
+  }
+  const Duration idle = std::max(clock_.Now() - empty_since_, Duration::zero());
+  if (idle < idle_for) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("idle %.3f s, less than the %.3f s asked for",
+                        ToSeconds(idle), ToSeconds(idle_for)));
+  }
+  closed_ = true;
+  return absl::OkStatus();
 }
 
 bool Docket::closed() const {

@@ -47,30 +47,32 @@ TimePoint StopRequests::first_arrival() const {
   return sources_.empty() ? TimePoint{} : first;
 }
 
-std::string StopRequests::Describe(TimePoint since) const {
-  std::vector<const Source*> order;
-  for (const Source& s : sources_) order.push_back(&s);
+std::vector<StopRequests::Source> StopRequests::sources() const {
+  std::vector<Source> order = sources_;
   std::stable_sort(order.begin(), order.end(),
-                   [](const Source* a, const Source* b) {
-                     return a->first_arrival < b->first_arrival;
+                   [](const Source& a, const Source& b) {
+                     return a.first_arrival < b.first_arrival;
                    });
+  return order;
+}
+
+std::string StopRequests::Describe(TimePoint since) const {
+  const std::string deadline_source = this->deadline_source();
   std::string text;
-  for (const Source* s : order) {
+  for (const Source& s : sources()) {
     if (!text.empty()) text += ", ";
-    const StopRequest& r = s->earliest;
+    const StopRequest& r = s.earliest;
     absl::StrAppend(&text, r.source);
-    if (s->count > 1) absl::StrAppend(&text, " x", s->count);
+    if (s.count > 1) absl::StrAppend(&text, " x", s.count);
     const std::string grace =
         r.grace < Duration::zero()
             ? "no limit"
             : absl::StrFormat("grace %g s", ToSeconds(r.grace));
     absl::StrAppend(
         &text, " (", grace,
-        absl::StrFormat(", %s +%.1f s", s->count > 1 ? "first at" : "at",
-                        ToSeconds(s->first_arrival - since)));
-    if (deadline_ != TimePoint::max() && &sources_[deadline_index_] == s) {
-      text += "; set the deadline";
-    }
+        absl::StrFormat(", %s +%.1f s", s.count > 1 ? "first at" : "at",
+                        ToSeconds(s.first_arrival - since)));
+    if (r.source == deadline_source) text += "; set the deadline";
     text += ")";
   }
   return text;

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -20,7 +21,8 @@ namespace internal {
 struct ShutdownState {
   absl::Mutex mu;
   StopCause cause ABSL_GUARDED_BY(mu) = StopCause::kNone;
-  CondVar stopped;  // signalled when `cause` is set
+  uint64_t wakes ABSL_GUARDED_BY(mu) = 0;  // Shutdown::Wake() calls
+  CondVar stopped;  // signalled when `cause` or `wakes` changes
 };
 }  // namespace internal
 
@@ -61,7 +63,10 @@ absl::Status BlockStopSignals() {
 }
 
 Watcher::Watcher(std::shared_ptr<internal::ShutdownState> state)
-    : state_(std::move(state)) {}
+    : state_(std::move(state)) {
+  absl::MutexLock lock(&state_->mu);
+  seen_wakes_ = state_->wakes;
+}
 
 bool Watcher::stop_requested() const { return cause() != StopCause::kNone; }
 
@@ -74,10 +79,13 @@ bool Watcher::WaitUntil(TimePoint deadline) const {
   absl::MutexLock lock(&state_->mu);
   // On the monotonic clock (see CondVar): absl's own timed waits follow the
   // wall clock in the abseil we build with.
-  return !state_->stopped.AwaitUntil(
+  state_->stopped.AwaitUntil(
       state_->mu, deadline, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
-        return state_->cause != StopCause::kNone;
+        return state_->cause != StopCause::kNone ||
+               state_->wakes != seen_wakes_;
       });
+  seen_wakes_ = state_->wakes;
+  return state_->cause == StopCause::kNone;
 }
 
 Shutdown::Shutdown() : state_(std::make_shared<internal::ShutdownState>()) {}
@@ -97,6 +105,14 @@ void Shutdown::Stop(StopCause cause) {
     absl::MutexLock lock(&state_->mu);
     if (state_->cause != StopCause::kNone) return;
     state_->cause = cause;
+  }
+  state_->stopped.SignalAll();
+}
+
+void Shutdown::Wake() {
+  {
+    absl::MutexLock lock(&state_->mu);
+    ++state_->wakes;
   }
   state_->stopped.SignalAll();
 }

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "core/job_registry.h"
 #include "core/job_threads.h"
 #include "core/log.h"
 #include "core/text.h"
@@ -17,6 +18,13 @@ namespace {
 
 constexpr std::size_t kMaxJobIdBytes = 256;
 
+absl::Status NoSuchJob(std::string_view job_id) {
+  return absl::NotFoundError(absl::StrCat(
+      "no job '", EscapedForLog(job_id),
+      "' runs here or has a result retained (it never ran here, or its "
+      "result expired)"));
+}
+
 bool Printable(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
                      [](char c) { return c >= 0x20 && c <= 0x7e; });
@@ -24,10 +32,13 @@ bool Printable(std::string_view s) {
 
 }  // namespace
 
-Job::Job(JobRequest request, Duration kill_grace)
+Job::Job(JobRequest request, Duration kill_grace,
+         std::size_t output_buffer_bytes)
     : request_(std::move(request)),
-      kill_grace_(kill_grace),
-      cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+      kill_grace_(kill_grace.count()),
+      cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      journal_({.buffer_bytes = output_buffer_bytes,
+                .drop_oldest = request_.drop_oldest}) {}
 
 Job::~Job() {
   if (cancel_fd_ >= 0) close(cancel_fd_);
@@ -35,16 +46,89 @@ Job::~Job() {
 
 bool Job::cancelled() const { return cancelled_.load(); }
 
+Duration Job::kill_grace() const { return Duration(kill_grace_.load()); }
+
+Job::EmitResult Job::Emit(OutputStream stream, std::string_view data,
+                          TimePoint deadline) {
+  return journal_.Append(stream, std::string(data), deadline);
+}
+
 void Job::Cancel() {
   if (cancelled_.exchange(true)) return;
-  const uint64_t one = 1;
-  if (cancel_fd_ >= 0) (void)!write(cancel_fd_, &one, sizeof one);
+  journal_.Cancelled();
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t one = 1;
+    if (cancel_fd_ >= 0) (void)!write(cancel_fd_, &one, sizeof one);
+  }
   OnCancelled();
+}
+
+void Job::CancelWithin(Duration kill_grace) {
+  kill_grace_ = std::max(kill_grace, Duration::zero()).count();
+  Cancel();
+}
+
+void Job::ReaderLeft(const JobReader* reader) {
+  if (!journal_.Leave(reader)) return;
+  const Duration grace = request_.detach_grace;
+  const std::string& id = request_.job_id;
+  if (grace == Duration::zero()) {
+    Cancel();
+  } else if (grace < Duration::zero()) {
+    spdlog::info("job {}: no client attached; it runs on", id);
+  } else if (worker_ != nullptr) {
+    spdlog::info("job {}: no client attached; it runs on for {:.3f} s", id,
+                 ToSeconds(grace));
+    worker_->registry_->CancelUnlessAttached(
+        shared_from_this(), std::chrono::steady_clock::now() + grace);
+  }
+}
+
+void Job::WhenEnded(std::function<void(const JobOutcome&)> callback) {
+  std::optional<JobOutcome> outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!outcome_) {
+      when_ended_.push_back(std::move(callback));
+      return;
+    }
+    outcome = outcome_;
+  }
+  callback(*outcome);
+}
+
+std::optional<JobOutcome> Job::outcome() const {
+  absl::MutexLock lock(&mu_);
+  return outcome_;
+}
+
+std::optional<TimePoint> Job::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
+void Job::End(const JobOutcome& outcome, TimePoint now) {
+  std::vector<std::function<void(const JobOutcome&)>> when_ended;
+  {
+    absl::MutexLock lock(&mu_);
+    outcome_ = outcome;
+    ended_ = now;
+    when_ended.swap(when_ended_);
+    // The handler has returned: nothing waits on the descriptor any more.
+    if (const int fd = cancel_fd_.exchange(-1); fd >= 0) close(fd);
+  }
+  journal_.End(outcome);
+  for (const auto& callback : when_ended) callback(outcome);
 }
 
 Worker::Worker(WorkerOptions options, const Clock& clock)
     : options_(options),
       docket_(clock, options.max_concurrent_tasks),
+      clock_(clock),
+      registry_(std::make_unique<JobRegistry>(
+          clock, options.result_ttl,
+          docket_.capacity() * options.output_buffer_bytes)),
       threads_(
           std::make_unique<JobThreads>(docket_.capacity(), options.job_nice)) {
   // Last, once nothing above can throw: a thread left unjoined would end
@@ -103,7 +187,14 @@ absl::Status Worker::Dispatch(const std::shared_ptr<Job>& job) {
         "out of file descriptors: no cancel eventfd for the job");
   }
   const JobHandler* handler = &kinds_.find(job->request().kind)->second.run;
-  if (absl::Status s = docket_.Admit(job.get()); !s.ok()) return s;
+  job->worker_ = this;
+  job->started_ = clock_.Now();
+  job->started_wall_ = std::chrono::system_clock::now();
+  if (absl::Status s =
+          registry_->Add(job, [&] { return docket_.Admit(job.get()); });
+      !s.ok()) {
+    return s;
+  }
   ++jobs_started_;
   job->OnAccepted();
 
@@ -153,6 +244,8 @@ void Worker::EndJob(const std::shared_ptr<Job>& job,
     ++telling_;
   }
   ReleaseJob(job.get());
+  job->End(outcome, clock_.Now());
+  registry_->Ended(job);
   job->OnOutcome(outcome);
   {
     absl::MutexLock lock(&mu_);
@@ -210,12 +303,21 @@ void Worker::RequestStop(StopRequest request) {
     if (requests_.empty()) {
       docket_.Close();
       in_flight_at_stop_ = docket_.in_flight();
+      idle_at_stop_ = docket_.Idle();
       on_stopping.swap(on_stopping_);
     }
     requests_.Add(request);
   }
   changed_.SignalAll();
   for (const auto& callback : on_stopping) callback();
+}
+
+std::optional<StopState> Worker::stop_state() const {
+  absl::MutexLock lock(&mu_);
+  if (requests_.empty()) return std::nullopt;
+  return StopState{.idle_at_request = idle_at_stop_,
+                   .in_flight_at_request = in_flight_at_stop_,
+                   .sources = requests_.sources()};
 }
 
 void Worker::Drain() {
@@ -271,6 +373,41 @@ std::optional<DrainReport> Worker::WaitDrainedUntil(TimePoint deadline) {
 
 DrainReport Worker::WaitDrained() {
   return *WaitDrainedUntil(TimePoint::max());
+}
+
+absl::StatusOr<std::pair<std::shared_ptr<Job>, JobJournal::Attachment>>
+Worker::Attach(std::string_view job_id,
+               const std::shared_ptr<JobReader>& reader, StreamOffsets from) {
+  std::shared_ptr<Job> job = registry_->Find(job_id);
+  if (job == nullptr) return NoSuchJob(job_id);
+  JobJournal::Attachment attachment = job->journal().Attach(reader, from);
+  return std::make_pair(std::move(job), attachment);
+}
+
+std::vector<std::shared_ptr<Job>> Worker::Jobs() { return registry_->All(); }
+
+absl::StatusOr<std::shared_ptr<Job>> Worker::CancelJob(std::string_view job_id,
+                                                       Duration kill_grace) {
+  std::shared_ptr<Job> job = registry_->Find(job_id);
+  if (job == nullptr) return NoSuchJob(job_id);
+  if (!job->ended()) {
+    spdlog::info("job {}: cancelled on request, kill grace {:.3f} s", job_id,
+                 ToSeconds(kill_grace));
+    job->CancelWithin(kill_grace);
+  }
+  return job;
+}
+
+absl::Status Worker::RequestStopIfIdle(StopRequest request, Duration idle_for) {
+  if (stopping()) {
+    RequestStop(std::move(request));
+    return absl::OkStatus();
+  }
+  absl::Status decided = registry_->IfNoUnreadResults(
+      [&] { return docket_.CloseIfIdleFor(idle_for); });
+  if (!decided.ok()) return decided;
+  RequestStop(std::move(request));
+  return absl::OkStatus();
 }
 
 StopSummary Worker::Stop(Duration grace) {

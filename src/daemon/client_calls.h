@@ -47,6 +47,25 @@ inline Duration StopDeadline(double grace_seconds) {
                            : ToDuration(Seconds(grace_seconds + 60));
 }
 
+// Explained returns the failed `status` of `rpc` to `address`, made with
+// `options`, with what it does not say itself: the one place a client
+// command's failure is explained, shared by every command and reap. A
+// plaintext call that failed at the transport ("Socket closed") to a
+// worker that answers TLS (SpeaksTls, 2 s at most) says "the worker at X
+// speaks TLS: pass --tls-ca, --tls-cert and --tls-key", which also makes it
+// a handshake error (errors.h).
+absl::Status Explained(Rpc rpc, const std::string& address,
+                       const ClientOptions& options,
+                       const absl::Status& status);
+
+// Fail reports a failed call of `rpc` in one line on stderr (Explained, its
+// kind, its code and what the kind means for the job) and returns its exit
+// code (ExitCodeFor).
+int Fail(Rpc rpc, const ClientOptions& options, const absl::Status& failed);
+
+// WriteAll writes `data` to `fd`, all of it unless the reader went away.
+void WriteAll(int fd, std::string_view data);
+
 // Connect opens a connection to `address` with the command's credentials.
 inline absl::StatusOr<std::unique_ptr<WorkerConnection>> Connect(
     const std::string& address, const ClientOptions& options) {

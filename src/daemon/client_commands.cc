@@ -1,4 +1,5 @@
-// `cfdb-worker idle|stop|dispatch`: the binary as a client of any worker.
+// `cfdb-worker idle|health|stop`: the binary as a client of any worker, and
+// what every client command shares (client_calls.h).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,31 +17,45 @@
 #include "cfdb/worker/exec.h"
 #include "daemon/client_calls.h"
 #include "daemon/commands.h"
+#include "rpc/tls_probe.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker::cli {
+namespace {}  // namespace
+
 namespace {
 
-// WhatItMeans says what a kind promises about the job, where that is not
-// plain from its name.
+// WhatItMeans says what a kind promises about the job, or what to do, where
+// that is not plain from its name.
 std::string_view WhatItMeans(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kOutcomeUnknown:
       return " -- the job was accepted and started; whether it finished is "
-             "unknown, so do not resend it blindly";
+             "unknown, so do not resend it blindly (attach to it, if the "
+             "worker is there)";
     case ErrorKind::kAcceptedDeadlineExceeded:
-      return " -- the job was accepted and started; the worker cancels it now "
-             "that the call has ended";
+      return " -- the job was accepted and started; dispatch cancels it, "
+             "after attach it runs on";
     case ErrorKind::kMaybeStarted:
-      return " -- the worker may have started the job before the deadline "
-             "(and cancels it now): do not resend it blindly";
+      return " -- the worker may have started the job before the deadline: "
+             "do not resend it blindly";
+    case ErrorKind::kAlreadyExists:
+      return " -- attach to it (attach JOB_ID, or dispatch "
+             "--attach-if-exists) rather than run it again";
+    case ErrorKind::kNotFound:
+      return " -- it never ran on this worker, or its result expired";
+    case ErrorKind::kStillBusy:
+      return " -- the worker keeps serving";
     default:
       return "";
   }
 }
 
-// Fail reports a failed call in one line and returns its exit code.
-int Fail(Rpc rpc, std::string_view address, const absl::Status& status) {
+}  // namespace
+
+int Fail(Rpc rpc, const ClientOptions& options, const absl::Status& failed) {
+  const std::string& address = options.address;
+  const absl::Status status = Explained(rpc, address, options, failed);
   const ErrorKind kind = ClassifyError(rpc, status);
   std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind) << " ("
             << absl::StatusCodeToString(status.code())
@@ -59,28 +74,39 @@ void WriteAll(int fd, std::string_view data) {
   }
 }
 
-}  // namespace
+absl::Status Explained(Rpc rpc, const std::string& address,
+                       const ClientOptions& options,
+                       const absl::Status& status) {
+  if (options.credentials.kind != Credentials::Kind::kInsecure ||
+      ClassifyError(rpc, status) != ErrorKind::kTransient ||
+      !absl::IsUnavailable(status) ||
+      !SpeaksTls(address, std::chrono::seconds(2))) {
+    return status;
+  }
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), "; the worker at ", address,
+                   " speaks TLS: pass --tls-ca, --tls-cert and --tls-key"));
+}
 
 int RunIdle(const ClientOptions& options) {
   auto connection = Connect(options.address, options);
-  if (!connection.ok())
-    return Fail(Rpc::kIdle, options.address, connection.status());
+  if (!connection.ok()) return Fail(Rpc::kIdle, options, connection.status());
   absl::StatusOr<double> idle = WithRetries(options.attempts, Rpc::kIdle, [&] {
     return (*connection)->IdleTime(options.timeout);
   });
-  if (!idle.ok()) return Fail(Rpc::kIdle, options.address, idle.status());
+  if (!idle.ok()) return Fail(Rpc::kIdle, options, idle.status());
   std::cout << absl::StrFormat("%.3f", *idle) << "\n";
   return kExitOk;
 }
 
 int RunHealth(const ClientOptions& options, const std::string& service) {
   auto connection = Connect(options.address, options);
-  if (!connection.ok())
-    return Fail(Rpc::kHealth, options.address, connection.status());
+  if (!connection.ok()) return Fail(Rpc::kHealth, options, connection.status());
   absl::StatusOr<WorkerConnection::ServingStatus> status = WithRetries(
       options.attempts, Rpc::kHealth,
       [&] { return (*connection)->Health(options.timeout, service); });
-  if (!status.ok()) return Fail(Rpc::kHealth, options.address, status.status());
+  if (!status.ok()) return Fail(Rpc::kHealth, options, status.status());
   switch (*status) {
     case WorkerConnection::ServingStatus::kServing:
       std::cout << "SERVING\n";
@@ -95,83 +121,22 @@ int RunHealth(const ClientOptions& options, const std::string& service) {
   return kExitRuntimeFailure;
 }
 
-int RunStop(const ClientOptions& options, double grace_seconds) {
+int RunStop(const ClientOptions& options, double grace_seconds,
+            std::optional<double> if_idle_for_seconds) {
   auto connection = Connect(options.address, options);
-  if (!connection.ok())
-    return Fail(Rpc::kStop, options.address, connection.status());
+  if (!connection.ok()) return Fail(Rpc::kStop, options, connection.status());
   const Duration grace = GraceFromSeconds(grace_seconds);
-  absl::StatusOr<StopSummary> summary =
-      WithRetries(options.attempts, Rpc::kStop,
-                  [&] { return (*connection)->Stop(grace, options.timeout); });
-  if (!summary.ok()) return Fail(Rpc::kStop, options.address, summary.status());
+  std::optional<Duration> if_idle_for;
+  if (if_idle_for_seconds) {
+    if_idle_for = ToDuration(Seconds(*if_idle_for_seconds));
+  }
+  absl::StatusOr<StopSummary> summary = WithRetries(
+      options.attempts, Rpc::kStop,
+      [&] { return (*connection)->Stop(grace, options.timeout, if_idle_for); });
+  if (!summary.ok()) return Fail(Rpc::kStop, options, summary.status());
   std::cout << "stopped: " << summary->drained << " jobs drained, "
             << summary->cancelled << " cancelled\n";
   return kExitOk;
-}
-
-int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
-  JobRequest request;
-  request.job_id =
-      dispatch.job_id.empty()
-          ? absl::StrCat(
-                "cli-", getpid(), "-",
-                std::chrono::system_clock::now().time_since_epoch().count())
-          : dispatch.job_id;
-  request.kind = "exec";
-  MutableExec(request).argv = dispatch.argv;
-  MutableExec(request).env = dispatch.env;
-  MutableExec(request).cwd = dispatch.cwd;
-  MutableExec(request).time_limit =
-      ToDuration(Seconds(dispatch.time_limit_seconds));
-  // Stdin is streamed unless it is a terminal (as before: a job should not
-  // wait on someone's keyboard by accident), it was closed, or --no-stdin
-  // says no. A stdin inherited from our parent has no close-on-exec flag
-  // (it survived the exec); a descriptor 0 that has one was opened in this
-  // process (gRPC's libraries open an eventfd before main), so the real
-  // stdin was closed (`<&-`) and fd 0 is not ours to read.
-  const int stdin_flags = fcntl(STDIN_FILENO, F_GETFD);
-  const bool stream_stdin = dispatch.read_stdin && stdin_flags != -1 &&
-                            (stdin_flags & FD_CLOEXEC) == 0 &&
-                            !isatty(STDIN_FILENO);
-  auto connection = Connect(options.address, options);
-  if (!connection.ok()) {
-    return Fail(Rpc::kDispatch, options.address, connection.status());
-  }
-  DispatchCallbacks callbacks;
-  callbacks.on_output = [](OutputStream stream, std::string_view data) {
-    WriteAll(stream == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO,
-             data);
-  };
-  std::optional<Duration> timeout;
-  if (options.timeout > Duration::zero()) timeout = options.timeout;
-  absl::StatusOr<JobOutcome> outcome =
-      WithRetries(options.attempts, Rpc::kDispatch, [&] {
-        return stream_stdin
-                   ? (*connection)
-                         ->DispatchStream(request, STDIN_FILENO, callbacks,
-                                          timeout)
-                   : (*connection)->Dispatch(request, callbacks, timeout);
-      });
-  if (stream_stdin && absl::IsUnimplemented(outcome.status()) &&
-      !Accepted(outcome.status())) {
-    // A worker from before DispatchStream: none of stdin was read (that
-    // starts at acceptance), so it goes whole in the request, as it did.
-    spdlog::warn("{}: the worker predates streamed stdin; sending it whole",
-                 options.address);
-    MutableExec(request).stdin_data.assign(
-        std::istreambuf_iterator<char>(std::cin),
-        std::istreambuf_iterator<char>());
-    outcome = WithRetries(options.attempts, Rpc::kDispatch, [&] {
-      return (*connection)->Dispatch(request, callbacks, timeout);
-    });
-  }
-  if (!outcome.ok())
-    return Fail(Rpc::kDispatch, options.address, outcome.status());
-  if (outcome->kind == JobOutcome::Kind::kFailed) {
-    std::cerr << "cfdb-worker: job " << request.job_id << " "
-              << outcome->ToString() << "\n";
-  }
-  return outcome->ShellStatus();
 }
 
 }  // namespace cfdb::worker::cli

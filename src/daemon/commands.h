@@ -8,17 +8,17 @@
 
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/credentials.h"
+#include "cfdb/worker/exec.h"
+#include "cfdb/worker/job_journal.h"
 #include "daemon/config.h"
 
 namespace cfdb::worker::cli {
 
-// Exit codes shared by every subcommand (client errors: errors.h).
+// Exit codes shared by every subcommand (client errors: errors.h; serve's:
+// ServeExitCode, serve.h).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntimeFailure = 1;  // e.g. the port is in use
 inline constexpr int kExitUsage = 2;           // bad flag or variable
-
-// RunServe serves a worker and runs its retirement policy until it exits.
-int RunServe(const ServeConfig& config);
 
 struct ClientOptions {
   std::string address;
@@ -34,17 +34,55 @@ int RunIdle(const ClientOptions& options);
 // (empty: the whole server), 1 when it answers anything else; RPC failures
 // exit as in errors.h (an unknown service is NOT_FOUND: 76).
 int RunHealth(const ClientOptions& options, const std::string& service);
-int RunStop(const ClientOptions& options, double grace_seconds);
+// RunStop stops the worker with `grace_seconds`; with `if_idle_for_seconds`,
+// only if it has been idle that long (65, "still busy", when it keeps
+// serving).
+int RunStop(const ClientOptions& options, double grace_seconds,
+            std::optional<double> if_idle_for_seconds = std::nullopt);
 
 struct DispatchOptions {
   std::string job_id;  // empty: generated
+  // The job's kind: exec runs `argv`; another kind (one a program that
+  // embeds the worker registered) gets `payload`.
+  std::string kind = kExecKind;
+  std::string payload;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::string cwd;
   double time_limit_seconds = 0;
   bool read_stdin = true;
+  // How long the job runs on if this command goes away without a word
+  // (killed, its connection lost): JobRequest::detach_grace. A SIGINT,
+  // SIGTERM or SIGHUP cancels the job instead.
+  double detach_grace_seconds = kDefaultDetachGraceSeconds;
+  bool attach_if_exists = false;
+  bool drop_oldest = false;
+
+  // The command's default detach grace: long enough to come back after a
+  // dropped connection, short enough that a job a vanished caller left
+  // behind does not run on for long.
+  static constexpr double kDefaultDetachGraceSeconds = 30;
 };
 
+// RunDispatch runs a job and prints its output as it comes; after a lost
+// stream it attaches again (Attach, from the offsets it got to) with a
+// backoff, for up to the job's detach grace (at least 10 s, 60 s for one
+// without limit) and within the timeout; a signal cancels the job (Cancel)
+// and exits 128 + the signal once it has ended. Exits with the job's status
+// or the error's code (errors.h).
 int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch);
+
+// RunAttach attaches to job `job_id` from `from` and prints its output and
+// outcome as RunDispatch does (exit codes alike; 66 for an unknown job).
+int RunAttach(const ClientOptions& options, const std::string& job_id,
+              StreamOffsets from);
+
+// RunJobs lists the worker's jobs: a table, or one JSON object per job.
+int RunJobs(const ClientOptions& options, bool json);
+
+// RunCancel cancels job `job_id` (SIGTERM, SIGKILL after `grace_seconds`)
+// and prints how it ended; 0 once it has ended, 66 for an unknown job.
+int RunCancel(const ClientOptions& options, const std::string& job_id,
+              double grace_seconds);
 
 }  // namespace cfdb::worker::cli

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -17,174 +18,469 @@
 #include "daemon/address.h"
 #include "daemon/metrics.h"
 #include "daemon/scale_in.h"
+#include "rpc/san_match.h"
+#include "rpc/tls_files.h"
 #include "rpc/unix_socket.h"
 
 namespace cfdb::worker {
+namespace knob {
 namespace {
 
-std::string Fallback(double value) { return absl::StrCat(value); }
+using enum KnobScope;
+using enum KnobType;
+
+constexpr KnobRange kNonNegative{.min = 0};
+constexpr KnobRange kPositive{.min = 0, .above_min = true};
+constexpr KnobRange kAnyNumber{};
+constexpr KnobRange Between(double min, double max) {
+  return {.min = min, .max = max};
+}
+
+constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
+                                           "error", "critical", "off"};
+constexpr std::string_view kLogFormats[] = {"text", "json"};
+constexpr std::string_view kContainments[] = {"auto", "cgroup", "subreaper"};
+
+double SecondsOf(Duration d) { return ToSeconds(d); }
 
 }  // namespace
 
-namespace knob {
-
-const Knob kHost{"--host", "CFDB_WORKER_HOST", "127.0.0.1", "HOST",
-                 "address to listen on (0.0.0.0 for all IPv4 interfaces)"};
-const Knob kPort{
-    "--port", "CFDB_WORKER_PORT", "50051", "PORT",
-    "port to listen on, 0..65535 (0: pick a free port and log it)"};
-const Knob kUds{"--uds", "CFDB_WORKER_UDS", "", "PATH",
-                "also listen on this Unix socket file, owner-only and without "
-                "TLS (a stale file is replaced, a live worker's refused)"};
+const Knob kHost{.flag = "--host",
+                 .variable = "CFDB_WORKER_HOST",
+                 .fallback = std::string_view("127.0.0.1"),
+                 .metavar = "HOST",
+                 .help =
+                     "address to listen on (0.0.0.0 for all IPv4 "
+                     "interfaces)"};
+const Knob kPort{.flag = "--port",
+                 .variable = "CFDB_WORKER_PORT",
+                 .type = kInteger,
+                 .fallback = int64_t{50051},
+                 .metavar = "PORT",
+                 .help = "port to listen on (0: pick a free port and log it)",
+                 .range = Between(0, 65535)};
+const Knob kUds{.flag = "--uds",
+                .variable = "CFDB_WORKER_UDS",
+                .metavar = "PATH",
+                .help =
+                    "also listen on this Unix socket file, owner-only and "
+                    "without TLS (a stale file is replaced, a live "
+                    "worker's refused)"};
 const Knob kWoolCompat{
-    "--wool-compat",
-    "CFDB_WORKER_WOOL_COMPAT",
-    "false",
-    "",
-    "also serve idle and stop as wool.runtime.protobuf.wire.Worker, for the "
-    "Python worker library's fleet tooling",
-    true};
+    .flag = "--wool-compat",
+    .variable = "CFDB_WORKER_WOOL_COMPAT",
+    .type = kSwitch,
+    .fallback = false,
+    .help =
+        "also serve idle and stop as wool.runtime.protobuf.wire.Worker, "
+        "for the Python worker library's fleet tooling"};
 const Knob kEcsScaleInProtection{
-    "--ecs-scale-in-protection",
-    "CFDB_WORKER_ECS_SCALE_IN_PROTECTION",
-    "false",
-    "",
-    "protect the ECS task from scale-in while a job is in flight (needs "
-    "ECS_AGENT_URI; for tasks of a service with auto scaling)",
-    true};
+    .flag = "--ecs-scale-in-protection",
+    .variable = "CFDB_WORKER_ECS_SCALE_IN_PROTECTION",
+    .type = kSwitch,
+    .fallback = false,
+    .help =
+        "protect the ECS task from scale-in while a job is in flight "
+        "(needs ECS_AGENT_URI; for tasks of a service with auto scaling)"};
 const Knob kEcsProtectionExpiresMinutes{
-    "--ecs-protection-expires-minutes",
-    "CFDB_WORKER_ECS_PROTECTION_EXPIRES_MINUTES",
-    absl::StrCat(kDefaultProtectionExpiresMinutes), "MINUTES",
-    "each protection's expiry, renewed at half of it while busy, 1..2880"};
+    .flag = "--ecs-protection-expires-minutes",
+    .variable = "CFDB_WORKER_ECS_PROTECTION_EXPIRES_MINUTES",
+    .type = kInteger,
+    .fallback = int64_t{kDefaultProtectionExpiresMinutes},
+    .metavar = "MINUTES",
+    .help = "each protection's expiry, renewed at half of it while busy",
+    .range = Between(1, kMaxProtectionExpiresMinutes)};
+const Knob kEcsProtectionHoldSeconds{
+    .flag = "--ecs-protection-hold-seconds",
+    .variable = "CFDB_WORKER_ECS_PROTECTION_HOLD_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultProtectionHoldSeconds,
+    .metavar = "SECONDS",
+    .help =
+        "keep the protection this long after the last job ends, so a job "
+        "soon after costs no agent call (at most the idle timeout)",
+    .range = kNonNegative};
 const Knob kMetricsInterval{
-    "--metrics-interval-seconds", "CFDB_WORKER_METRICS_INTERVAL_SECONDS",
-    Fallback(kDefaultMetricsIntervalSeconds), "SECONDS",
-    "with --log-format json, one CloudWatch EMF metrics line this often, "
-    "0 or >= 1 (0: none)"};
+    .flag = "--metrics-interval-seconds",
+    .variable = "CFDB_WORKER_METRICS_INTERVAL_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultMetricsIntervalSeconds,
+    .metavar = "SECONDS",
+    .help =
+        "with --log-format json, one CloudWatch EMF metrics line this "
+        "often (0: none)",
+    .range = {.min = 1, .or_zero = true}};
 const Knob kMetricsService{
-    "--metrics-service", "CFDB_WORKER_METRICS_SERVICE", "cfdb-worker", "NAME",
-    "the metrics' Service dimension (e.g. the stack's name)"};
+    .flag = "--metrics-service",
+    .variable = "CFDB_WORKER_METRICS_SERVICE",
+    .fallback = std::string_view("cfdb-worker"),
+    .metavar = "NAME",
+    .help = "the metrics' Service dimension (e.g. the stack's name)"};
 const Knob kIdleTimeout{
-    "--idle-timeout-seconds", "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
-    Fallback(kDefaultIdleTimeoutSeconds), "SECONDS",
-    "retire the worker after this long idle, >= 0 (0: never)"};
-const Knob kIdlePollInterval{"--idle-poll-interval-seconds",
-                             "CFDB_WORKER_IDLE_POLL_INTERVAL_SECONDS",
-                             Fallback(kDefaultIdlePollIntervalSeconds),
-                             "SECONDS", "time between idle polls, > 0"};
+    .flag = "--idle-timeout-seconds",
+    .variable = "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultIdleTimeoutSeconds,
+    .metavar = "SECONDS",
+    .help = "retire the worker after this long idle (0: never)",
+    .range = kNonNegative};
+const Knob kIdlePollInterval{
+    .flag = "--idle-poll-interval-seconds",
+    .variable = "CFDB_WORKER_IDLE_POLL_INTERVAL_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultIdlePollIntervalSeconds,
+    .metavar = "SECONDS",
+    .help = "time between idle polls",
+    .range = kPositive};
 const Knob kIdlePollDeadline{
-    "--idle-poll-deadline-seconds", "CFDB_WORKER_IDLE_POLL_DEADLINE_SECONDS",
-    Fallback(kDefaultIdlePollDeadlineSeconds), "SECONDS",
-    "deadline of one idle poll, > 0 and <= the interval (or the interval if "
-    "shorter)"};
+    .flag = "--idle-poll-deadline-seconds",
+    .variable = "CFDB_WORKER_IDLE_POLL_DEADLINE_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultIdlePollDeadlineSeconds,
+    .metavar = "SECONDS",
+    .help =
+        "deadline of one idle poll, at most the interval (the interval "
+        "when the default is longer)",
+    .range = kPositive};
 const Knob kIdlePollFailureLimit{
-    "--idle-poll-failure-limit", "CFDB_WORKER_IDLE_POLL_FAILURE_LIMIT",
-    absl::StrCat(kDefaultIdlePollFailureLimit), "COUNT",
-    "stop polling after this many failed polls in a row, >= 1"};
+    .flag = "--idle-poll-failure-limit",
+    .variable = "CFDB_WORKER_IDLE_POLL_FAILURE_LIMIT",
+    .type = kInteger,
+    .fallback = int64_t{kDefaultIdlePollFailureLimit},
+    .metavar = "COUNT",
+    .help =
+        "after this many failed polls in a row, log one error and poll "
+        "every fourth interval until a poll is answered",
+    .range = Between(1, 1'000'000)};
+const Knob kListenerCheckInterval{
+    .flag = "--listener-check-interval-seconds",
+    .variable = "CFDB_WORKER_LISTENER_CHECK_INTERVAL_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultListenerCheckIntervalSeconds,
+    .metavar = "SECONDS",
+    .help =
+        "dial a new connection to the worker this often, whatever the "
+        "idle timeout; 3 unanswered in a row: exit 1 (\"listener lost\")",
+    .range = kPositive};
 const Knob kMaxLifetime{
-    "--max-lifetime-seconds", "CFDB_WORKER_MAX_LIFETIME_SECONDS",
-    Fallback(kDefaultMaxLifetimeSeconds), "SECONDS",
-    "retire the worker this long after start, >= 0 (0: never)"};
+    .flag = "--max-lifetime-seconds",
+    .variable = "CFDB_WORKER_MAX_LIFETIME_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultMaxLifetimeSeconds,
+    .metavar = "SECONDS",
+    .help = "retire the worker this long after start (0: never)",
+    .range = kNonNegative};
 const Knob kMaxLifetimeJitter{
-    "--max-lifetime-jitter-seconds", "CFDB_WORKER_MAX_LIFETIME_JITTER_SECONDS",
-    "", "SECONDS",
-    "retire up to this much before the max lifetime, drawn once at start, "
-    ">= 0, at most half the lifetime (0: exactly at it; default: a tenth of "
-    "it)"};
+    .flag = "--max-lifetime-jitter-seconds",
+    .variable = "CFDB_WORKER_MAX_LIFETIME_JITTER_SECONDS",
+    .type = kSeconds,
+    .metavar = "SECONDS",
+    .help =
+        "retire up to this much before the max lifetime, drawn once at "
+        "start; at most half the lifetime takes effect (0: exactly at it)",
+    .range = kNonNegative,
+    .default_note = "a tenth of the max lifetime"};
 const Knob kMaxLifetimeGrace{
-    "--max-lifetime-grace-seconds", "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
-    Fallback(kDefaultMaxLifetimeGraceSeconds), "SECONDS",
-    "drain grace of the idle and max-lifetime exits (< 0: no limit)"};
+    .flag = "--max-lifetime-grace-seconds",
+    .variable = "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultMaxLifetimeGraceSeconds,
+    .metavar = "SECONDS",
+    .help = "drain grace of the idle and max-lifetime exits (< 0: no limit)",
+    .range = kAnyNumber};
 const Knob kSignalGrace{
-    "--signal-grace-seconds", "CFDB_WORKER_SIGNAL_GRACE_SECONDS",
-    Fallback(kDefaultSignalGraceSeconds), "SECONDS",
-    "drain grace on SIGTERM/SIGINT (0: cancel at once; < 0: no limit)"};
-const Knob kMaxConcurrentTasks{
-    "--max-concurrent-tasks", "CFDB_WORKER_MAX_CONCURRENT_TASKS", "", "COUNT",
-    "most jobs in flight at once, >= 1 (default: number of CPUs)"};
+    .flag = "--signal-grace-seconds",
+    .variable = "CFDB_WORKER_SIGNAL_GRACE_SECONDS",
+    .type = kSeconds,
+    .fallback = kDefaultSignalGraceSeconds,
+    .metavar = "SECONDS",
+    .help = "drain grace on SIGTERM/SIGINT (0: cancel at once; < 0: no limit)",
+    .range = kAnyNumber};
+const Knob kMaxConcurrentTasks{.flag = "--max-concurrent-tasks",
+                               .variable = "CFDB_WORKER_MAX_CONCURRENT_TASKS",
+                               .type = kInteger,
+                               .metavar = "COUNT",
+                               .help = "most jobs in flight at once",
+                               .range = Between(1, 100'000),
+                               .default_note = "number of CPUs"};
 const Knob kTaskKillGrace{
-    "--task-kill-grace-seconds", "CFDB_WORKER_TASK_KILL_GRACE_SECONDS", "10",
-    "SECONDS", "SIGTERM -> SIGKILL delay when a job is cancelled, >= 0"};
-const Knob kJobNice{"--job-nice", "CFDB_WORKER_JOB_NICE",
-                    absl::StrCat(WorkerOptions{}.job_nice), "NICE",
-                    "added to the nice value of jobs, 0..19, so Idle, Stop and "
-                    "health answers get the CPU first"};
-const Knob kLogLevel{"--log-level", "CFDB_WORKER_LOG_LEVEL", "info", "LEVEL",
-                     "trace, debug, info, warn, error, critical or off"};
+    .flag = "--task-kill-grace-seconds",
+    .variable = "CFDB_WORKER_TASK_KILL_GRACE_SECONDS",
+    .type = kSeconds,
+    .fallback = SecondsOf(WorkerOptions{}.task_kill_grace),
+    .metavar = "SECONDS",
+    .help = "SIGTERM -> SIGKILL delay when a job is cancelled",
+    .range = kNonNegative};
+const Knob kJobOutputBufferMib{
+    .flag = "--job-output-buffer-mib",
+    .variable = "CFDB_WORKER_JOB_OUTPUT_BUFFER_MIB",
+    .type = kInteger,
+    .fallback = int64_t{Job::kDefaultOutputBufferBytes >> 20},
+    .metavar = "MIB",
+    .help =
+        "output kept per job for a client not attached or coming back; "
+        "a job that fills it is paused (or drops its oldest output if "
+        "asked)",
+    .range = Between(1, 1024)};
+const Knob kJobResultTtl{
+    .flag = "--job-result-ttl-seconds",
+    .variable = "CFDB_WORKER_JOB_RESULT_TTL_SECONDS",
+    .type = kSeconds,
+    .fallback = SecondsOf(WorkerOptions{}.result_ttl),
+    .metavar = "SECONDS",
+    .help =
+        "how long a finished job's outcome and output stay for a client "
+        "to read; idle retirement waits up to this for results of "
+        "detached jobs",
+    .range = kNonNegative};
+const Knob kJobNice{.flag = "--job-nice",
+                    .variable = "CFDB_WORKER_JOB_NICE",
+                    .type = kInteger,
+                    .fallback = int64_t{WorkerOptions{}.job_nice},
+                    .metavar = "NICE",
+                    .help =
+                        "added to the nice value of jobs, so Idle, Stop "
+                        "and health answers get the CPU first",
+                    .range = Between(0, 19)};
+const Knob kLogLevel{.flag = "--log-level",
+                     .variable = "CFDB_WORKER_LOG_LEVEL",
+                     .type = kChoice,
+                     .fallback = std::string_view("info"),
+                     .metavar = "LEVEL",
+                     .help = "the least severe level logged",
+                     .choices = kLogLevels};
 const Knob kLogFormat{
-    "--log-format", "CFDB_WORKER_LOG_FORMAT", "text", "FORMAT",
-    "text, or json: one JSON object per line (for CloudWatch)"};
+    .flag = "--log-format",
+    .variable = "CFDB_WORKER_LOG_FORMAT",
+    .type = kChoice,
+    .fallback = std::string_view("text"),
+    .metavar = "FORMAT",
+    .help = "json: one JSON object per line (for CloudWatch); text: for people",
+    .choices = kLogFormats};
 const Knob kJobUser{
-    "--job-user", "CFDB_WORKER_JOB_USER", "", "USER",
-    "run jobs as NAME, UID or UID:GID (one uid per job running at once, from "
-    "that uid on), without privileges (default: as the worker, with a "
-    "warning)"};
+    .flag = "--job-user",
+    .variable = "CFDB_WORKER_JOB_USER",
+    .metavar = "USER",
+    .help =
+        "run jobs as NAME, UID or UID:GID (one uid per job running at "
+        "once, from that uid on), without privileges (default: as the "
+        "worker, with a warning)"};
 const Knob kWorkerUser{
-    "--worker-user", "CFDB_WORKER_USER", "", "USER",
-    "when started as root, become this user, keeping only what starting jobs "
-    "as --job-user needs"};
-const Knob kJobNproc{"--job-nproc", "CFDB_WORKER_JOB_NPROC", "1024", "COUNT",
-                     "most processes each job's uid may have, 0..1000000 (0: "
-                     "the worker's own limit); needs --job-user"};
+    .flag = "--worker-user",
+    .variable = "CFDB_WORKER_USER",
+    .metavar = "USER",
+    .help =
+        "when started as root, become this user, keeping only what "
+        "starting jobs as --job-user needs"};
+const Knob kJobNproc{.flag = "--job-nproc",
+                     .variable = "CFDB_WORKER_JOB_NPROC",
+                     .type = kInteger,
+                     .fallback = int64_t{1024},
+                     .metavar = "COUNT",
+                     .help =
+                         "most processes each job's uid may have (0: the "
+                         "worker's own limit); needs --job-user",
+                     .range = Between(0, 1'000'000)};
 const Knob kJobContainment{
-    "--job-containment", "CFDB_WORKER_JOB_CONTAINMENT", "auto", "MODE",
-    "auto, cgroup or subreaper: how a job's processes are made to end with "
-    "it (docs/SECURITY.md)"};
+    .flag = "--job-containment",
+    .variable = "CFDB_WORKER_JOB_CONTAINMENT",
+    .type = kChoice,
+    .fallback = std::string_view("auto"),
+    .metavar = "MODE",
+    .help = "how a job's processes are made to end with it (docs/SECURITY.md)",
+    .choices = kContainments};
 const Knob kTlsAdmitControl{
-    "--tls-admit-control", "CFDB_WORKER_TLS_ADMIT_CONTROL", "", "NAMES",
-    "comma-separated client certificate identities (SAN DNS names or URIs) "
-    "that may call everything: Dispatch, Stop, Idle, health"};
+    .flag = "--tls-admit-control",
+    .variable = "CFDB_WORKER_TLS_ADMIT_CONTROL",
+    .metavar = "NAMES",
+    .help =
+        "comma-separated client certificate identities (SAN DNS names, "
+        "*.DOMAIN for one label, or URIs) that may call everything: "
+        "Dispatch, Stop, Idle, health"};
 const Knob kTlsAdmitObserve{
-    "--tls-admit-observe", "CFDB_WORKER_TLS_ADMIT_OBSERVE", "", "NAMES",
-    "comma-separated identities that may call Idle and health only (e.g. the "
-    "worker's own, for its self-poll and health check)"};
-const Knob kAllowInsecure{"--allow-insecure",
-                          "CFDB_WORKER_ALLOW_INSECURE",
-                          "false",
-                          "",
-                          "allow plaintext on a non-loopback address",
-                          true};
+    .flag = "--tls-admit-observe",
+    .variable = "CFDB_WORKER_TLS_ADMIT_OBSERVE",
+    .metavar = "NAMES",
+    .help =
+        "comma-separated identities that may call Idle and health only "
+        "(the worker's own, for its self-poll and health check, unless in "
+        "the control list)"};
+const Knob kAllowInsecure{.flag = "--allow-insecure",
+                          .variable = "CFDB_WORKER_ALLOW_INSECURE",
+                          .type = kSwitch,
+                          .fallback = false,
+                          .help = "allow plaintext on a non-loopback address"};
 
 const Knob kTlsCa{
-    "--tls-ca", "CFDB_WORKER_TLS_CA", "", "PATH",
-    "PEM file of the CA that signs workers and clients (mutual TLS)"};
-const Knob kTlsCert{"--tls-cert", "CFDB_WORKER_TLS_CERT", "", "PATH",
-                    "PEM certificate chain this side presents"};
-const Knob kTlsKey{"--tls-key", "CFDB_WORKER_TLS_KEY", "", "PATH",
-                   "PEM private key of --tls-cert"};
-const Knob kTlsCaEnv{
-    "--tls-ca-env", "CFDB_WORKER_TLS_CA_ENV", "", "VARIABLE",
-    "a variable holding the CA PEM, instead of --tls-ca (wiped "
-    "from the environment once read)"};
-const Knob kTlsCertEnv{"--tls-cert-env", "CFDB_WORKER_TLS_CERT_ENV", "",
-                       "VARIABLE",
-                       "a variable holding the certificate PEM, instead of "
-                       "--tls-cert (wiped once read)"};
-const Knob kTlsKeyEnv{"--tls-key-env", "CFDB_WORKER_TLS_KEY_ENV", "",
-                      "VARIABLE",
-                      "a variable holding the key PEM, instead of --tls-key "
-                      "(wiped once read)"};
+    .flag = "--tls-ca",
+    .variable = "CFDB_WORKER_TLS_CA",
+    .scope = kTls,
+    .metavar = "PATH",
+    .help = "PEM file of the CA that signs workers and clients (mutual TLS)"};
+const Knob kTlsCert{.flag = "--tls-cert",
+                    .variable = "CFDB_WORKER_TLS_CERT",
+                    .scope = kTls,
+                    .metavar = "PATH",
+                    .help = "PEM certificate chain this side presents"};
+const Knob kTlsKey{.flag = "--tls-key",
+                   .variable = "CFDB_WORKER_TLS_KEY",
+                   .scope = kTls,
+                   .metavar = "PATH",
+                   .help = "PEM private key of --tls-cert"};
+const Knob kTlsCaEnv{.flag = "--tls-ca-env",
+                     .variable = "CFDB_WORKER_TLS_CA_ENV",
+                     .scope = kTls,
+                     .metavar = "VARIABLE",
+                     .help =
+                         "a variable holding the CA PEM, instead of "
+                         "--tls-ca (wiped from the environment once read)"};
+const Knob kTlsCertEnv{.flag = "--tls-cert-env",
+                       .variable = "CFDB_WORKER_TLS_CERT_ENV",
+                       .scope = kTls,
+                       .metavar = "VARIABLE",
+                       .help =
+                           "a variable holding the certificate PEM, "
+                           "instead of --tls-cert (wiped once read)"};
+const Knob kTlsKeyEnv{.flag = "--tls-key-env",
+                      .variable = "CFDB_WORKER_TLS_KEY_ENV",
+                      .scope = kTls,
+                      .metavar = "VARIABLE",
+                      .help =
+                          "a variable holding the key PEM, instead of "
+                          "--tls-key (wiped once read)"};
 const Knob kTlsIdentity{
-    "--tls-identity", "CFDB_WORKER_TLS_IDENTITY", "", "NAME",
-    "SAN expected on the worker's certificate (empty: the dialled host)"};
-const Knob kTlsRefreshInterval{"--tls-refresh-interval-seconds",
-                               "CFDB_WORKER_TLS_REFRESH_INTERVAL_SECONDS", "60",
-                               "SECONDS",
-                               "how often certificate files are re-read, >= 1"};
-const Knob kTlsCrlDir{
-    "--tls-crl-dir", "CFDB_WORKER_TLS_CRL_DIR", "", "PATH",
-    "directory of hashed CRL files (openssl rehash) enforced on every "
-    "handshake"};
+    .flag = "--tls-identity",
+    .variable = "CFDB_WORKER_TLS_IDENTITY",
+    .scope = kTls,
+    .metavar = "NAME",
+    .help =
+        "SAN expected on the worker's certificate (empty: the dialled "
+        "host)"};
+const Knob kTlsRefreshInterval{
+    .flag = "--tls-refresh-interval-seconds",
+    .variable = "CFDB_WORKER_TLS_REFRESH_INTERVAL_SECONDS",
+    .scope = kTls,
+    .type = kSeconds,
+    .fallback = 60.0,
+    .metavar = "SECONDS",
+    .help = "how often certificate files are re-read",
+    .range = {.min = 1}};
+const Knob kTlsCrlDir{.flag = "--tls-crl-dir",
+                      .variable = "CFDB_WORKER_TLS_CRL_DIR",
+                      .scope = kTls,
+                      .metavar = "PATH",
+                      .help =
+                          "directory of hashed CRL files (openssl rehash) "
+                          "enforced on every handshake"};
 
-const Knob kAddress{
-    "--address", "CFDB_WORKER_ADDRESS", "127.0.0.1:50051", "HOST:PORT",
-    "worker address (HOST:PORT, or unix:PATH for a worker's --uds socket)"};
-const Knob kAttempts{"--attempts", "CFDB_WORKER_ATTEMPTS", "1", "COUNT",
-                     "retry transient errors until this many attempts, with a "
-                     "backoff from 0.5 s to 10 s, 1..1000 (1: no retry)"};
+const Knob kAddress{.flag = "--address",
+                    .variable = "CFDB_WORKER_ADDRESS",
+                    .scope = kClient,
+                    .fallback = std::string_view("127.0.0.1:50051"),
+                    .metavar = "HOST:PORT",
+                    .help =
+                        "worker address (HOST:PORT, or unix:PATH for a "
+                        "worker's --uds socket)"};
+const Knob kAttempts{
+    .flag = "--attempts",
+    .variable = "CFDB_WORKER_ATTEMPTS",
+    .scope = kClient,
+    .type = kInteger,
+    .fallback = int64_t{1},
+    .metavar = "COUNT",
+    .help =
+        "retry transient errors until this many attempts, with a backoff "
+        "from 0.5 s to 10 s (1: no retry)",
+    .range = Between(1, 1000)};
 
 }  // namespace knob
+
+namespace {
+
+// BadValue is the one wording of a refused value: "<flag or variable>:
+// '<value>' <what is wrong>".
+absl::Status BadValue(std::string_view source, std::string_view text,
+                      std::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(std::string(source), ": '",
+                                                 std::string(text), "' ",
+                                                 std::string(problem)));
+}
+
+// EditDistance is the Levenshtein distance of `a` and `b`.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+absl::StatusOr<double> ParseSecondsFlag(std::string_view flag,
+                                        std::string_view text,
+                                        SecondsRange range) {
+  double value = 0;
+  if (!absl::SimpleAtod(std::string(text), &value))
+    return BadValue(flag, text, "is not a number");
+  if (!std::isfinite(value))
+    return BadValue(flag, text, "is not a finite number");
+  if (range == SecondsRange::kNonNegative && value < 0)
+    return BadValue(flag, text, "is negative");
+  if (range == SecondsRange::kPositive && value <= 0)
+    return BadValue(flag, text, "must be greater than 0");
+  return value;
+}
+
+absl::StatusOr<int64_t> ParseIntegerFlag(std::string_view flag,
+                                         std::string_view text, int64_t min,
+                                         int64_t max) {
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(std::string(text), &value))
+    return BadValue(flag, text, "is not a whole number");
+  if (value < min || value > max) {
+    return BadValue(flag, text, absl::StrCat("is outside ", min, "..", max));
+  }
+  return value;
+}
+
+std::optional<std::string> ClosestName(std::string_view given,
+                                       std::span<const std::string> names) {
+  // The start of one name only ("--idle-threshold"), at 4 letters or
+  // more...
+  std::optional<std::string> best;
+  for (const std::string& name : names) {
+    if (given.size() < 4 || name.size() <= given.size() ||
+        !absl::StartsWith(name, std::string(given))) {
+      continue;
+    }
+    if (best) {
+      best.reset();
+      break;
+    }
+    best = name;
+  }
+  if (best) return best;
+  // ... or close to one: at most 2 edits, and fewer than a third of its
+  // letters, so that "--x" suggests nothing.
+  size_t best_distance = std::min<size_t>(3, given.size() / 3 + 1);
+  for (const std::string& name : names) {
+    const size_t distance = EditDistance(given, name);
+    if (distance < best_distance) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
 
 namespace {
 
@@ -210,39 +506,48 @@ class Resolver {
         value.has_value() && !value->empty()) {
       return {*value, std::string(knob.variable), true};
     }
-    return {knob.fallback, absl::StrCat(std::string(knob.flag), " (default)"),
-            false};
+    return {KnobDefaultText(knob),
+            absl::StrCat(std::string(knob.flag), " (default)"), false};
   }
 
-  // Seconds parses a finite number of seconds; negative only if allowed.
-  absl::StatusOr<Duration> Seconds(const Knob& knob,
-                                   bool allow_negative) const {
+  // Seconds, Switch, Integer and Choice read a knob of that type, checked
+  // against its range (CheckKnobValue).
+  absl::StatusOr<Duration> Seconds(const Knob& knob) const {
     const Setting s = Get(knob);
+    if (absl::Status ok = CheckKnobValue(knob, s.source, s.text); !ok.ok())
+      return ok;
     double value = 0;
-    if (!absl::SimpleAtod(s.text, &value)) return Bad(s, "is not a number");
-    if (!std::isfinite(value)) return Bad(s, "is not a finite number");
-    if (value < 0 && !allow_negative) return Bad(s, "is negative");
-    return GraceFromSeconds(value);
+    (void)absl::SimpleAtod(s.text, &value);
+    const Duration d = GraceFromSeconds(value);
+    // A positive number too small for a Duration is still no deadline.
+    if (knob.range.above_min && d <= Duration::zero())
+      return Bad(s, "must be greater than 0");
+    return d;
   }
 
   absl::StatusOr<bool> Switch(const Knob& knob) const {
     const Setting s = Get(knob);
+    if (absl::Status ok = CheckKnobValue(knob, s.source, s.text); !ok.ok())
+      return ok;
     bool value = false;
-    if (!absl::SimpleAtob(s.text, &value))
-      return Bad(s, "is not true or false");
+    (void)absl::SimpleAtob(s.text, &value);
     return value;
   }
 
-  absl::StatusOr<int64_t> Integer(const Knob& knob, int64_t min,
-                                  int64_t max) const {
+  absl::StatusOr<int64_t> Integer(const Knob& knob) const {
     const Setting s = Get(knob);
+    if (absl::Status ok = CheckKnobValue(knob, s.source, s.text); !ok.ok())
+      return ok;
     int64_t value = 0;
-    if (!absl::SimpleAtoi(s.text, &value))
-      return Bad(s, "is not a whole number");
-    if (value < min || value > max) {
-      return Bad(s, absl::StrCat("is outside ", min, "..", max));
-    }
+    (void)absl::SimpleAtoi(s.text, &value);
     return value;
+  }
+
+  absl::StatusOr<std::string> Choice(const Knob& knob) const {
+    const Setting s = Get(knob);
+    if (absl::Status ok = CheckKnobValue(knob, s.source, s.text); !ok.ok())
+      return ok;
+    return s.text;
   }
 
   // NonEmpty returns the text of `knob`, refusing an empty one.
@@ -253,8 +558,7 @@ class Resolver {
   }
 
   static absl::Status Bad(const Setting& s, std::string_view problem) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(s.source, ": '", s.text, "' ", std::string(problem)));
+    return BadValue(s.source, s.text, problem);
   }
 
  private:
@@ -270,19 +574,10 @@ class Resolver {
   } while (0)
 
 absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
-  CFDB_ASSIGN(options.idle_timeout, r.Seconds(knob::kIdleTimeout, false));
-  CFDB_ASSIGN(options.idle_poll_interval,
-              r.Seconds(knob::kIdlePollInterval, false));
-  if (options.idle_poll_interval <= Duration::zero()) {
-    return Resolver::Bad(r.Get(knob::kIdlePollInterval),
-                         "must be greater than 0");
-  }
-  CFDB_ASSIGN(options.idle_poll_deadline,
-              r.Seconds(knob::kIdlePollDeadline, false));
+  CFDB_ASSIGN(options.idle_timeout, r.Seconds(knob::kIdleTimeout));
+  CFDB_ASSIGN(options.idle_poll_interval, r.Seconds(knob::kIdlePollInterval));
+  CFDB_ASSIGN(options.idle_poll_deadline, r.Seconds(knob::kIdlePollDeadline));
   const Setting deadline = r.Get(knob::kIdlePollDeadline);
-  if (options.idle_poll_deadline <= Duration::zero()) {
-    return Resolver::Bad(deadline, "must be greater than 0");
-  }
   if (options.idle_poll_deadline > options.idle_poll_interval) {
     if (deadline.explicit_value) {
       return Resolver::Bad(
@@ -292,19 +587,20 @@ absl::Status ResolveRetirement(const Resolver& r, RetirementOptions& options) {
     options.idle_poll_deadline = options.idle_poll_interval;
   }
   CFDB_ASSIGN(options.idle_poll_failure_limit,
-              r.Integer(knob::kIdlePollFailureLimit, 1, 1'000'000));
-  CFDB_ASSIGN(options.max_lifetime, r.Seconds(knob::kMaxLifetime, false));
+              r.Integer(knob::kIdlePollFailureLimit));
+  CFDB_ASSIGN(options.listener_check_interval,
+              r.Seconds(knob::kListenerCheckInterval));
+  CFDB_ASSIGN(options.max_lifetime, r.Seconds(knob::kMaxLifetime));
   const Setting jitter = r.Get(knob::kMaxLifetimeJitter);
   if (!jitter.explicit_value) {
     options.max_lifetime_jitter = ToDuration(Seconds(
         ToSeconds(options.max_lifetime) * kDefaultMaxLifetimeJitterFraction));
   } else {
     CFDB_ASSIGN(options.max_lifetime_jitter,
-                r.Seconds(knob::kMaxLifetimeJitter, false));
+                r.Seconds(knob::kMaxLifetimeJitter));
   }
-  CFDB_ASSIGN(options.max_lifetime_grace,
-              r.Seconds(knob::kMaxLifetimeGrace, true));
-  CFDB_ASSIGN(options.signal_grace, r.Seconds(knob::kSignalGrace, true));
+  CFDB_ASSIGN(options.max_lifetime_grace, r.Seconds(knob::kMaxLifetimeGrace));
+  CFDB_ASSIGN(options.signal_grace, r.Seconds(knob::kSignalGrace));
   return absl::OkStatus();
 }
 
@@ -314,10 +610,14 @@ absl::Status ResolveWorker(const Resolver& r, WorkerOptions& options) {
         std::max(1u, std::thread::hardware_concurrency());
   } else {
     CFDB_ASSIGN(options.max_concurrent_tasks,
-                r.Integer(knob::kMaxConcurrentTasks, 1, 100'000));
+                r.Integer(knob::kMaxConcurrentTasks));
   }
-  CFDB_ASSIGN(options.task_kill_grace, r.Seconds(knob::kTaskKillGrace, false));
-  CFDB_ASSIGN(options.job_nice, r.Integer(knob::kJobNice, 0, 19));
+  CFDB_ASSIGN(options.task_kill_grace, r.Seconds(knob::kTaskKillGrace));
+  CFDB_ASSIGN(options.job_nice, r.Integer(knob::kJobNice));
+  int64_t buffer_mib = 0;
+  CFDB_ASSIGN(buffer_mib, r.Integer(knob::kJobOutputBufferMib));
+  options.output_buffer_bytes = static_cast<std::size_t>(buffer_mib) << 20;
+  CFDB_ASSIGN(options.result_ttl, r.Seconds(knob::kJobResultTtl));
   return absl::OkStatus();
 }
 
@@ -356,7 +656,7 @@ absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
   CFDB_ASSIGN(c.job_user, UserKnob(r, knob::kJobUser));
   CFDB_ASSIGN(c.worker_user, UserKnob(r, knob::kWorkerUser));
   int64_t nproc = 0;
-  CFDB_ASSIGN(nproc, r.Integer(knob::kJobNproc, 0, 1'000'000));
+  CFDB_ASSIGN(nproc, r.Integer(knob::kJobNproc));
   if (c.job_user) {
     c.exec.user =
         JobUser{.uid = c.job_user->uid,
@@ -368,16 +668,11 @@ absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
     c.exec.default_cwd = "/tmp";
     if (absl::Status s = CheckJobUidsSpareTheWorker(r, c); !s.ok()) return s;
   }
-  const Setting mode = r.Get(knob::kJobContainment);
-  if (mode.text == "auto") {
-    c.containment = ContainmentMode::kAuto;
-  } else if (mode.text == "cgroup") {
-    c.containment = ContainmentMode::kCgroup;
-  } else if (mode.text == "subreaper") {
-    c.containment = ContainmentMode::kSubreaper;
-  } else {
-    return Resolver::Bad(mode, "is not auto, cgroup or subreaper");
-  }
+  std::string mode;
+  CFDB_ASSIGN(mode, r.Choice(knob::kJobContainment));
+  c.containment = mode == "cgroup"      ? ContainmentMode::kCgroup
+                  : mode == "subreaper" ? ContainmentMode::kSubreaper
+                                        : ContainmentMode::kAuto;
   return absl::OkStatus();
 }
 
@@ -392,6 +687,13 @@ absl::StatusOr<std::vector<std::string>> IdentityList(const Resolver& r,
     if (!std::all_of(part.begin(), part.end(),
                      [](char ch) { return ch > 0x20 && ch < 0x7f; })) {
       return Resolver::Bad(s, "holds a name that is not printable ASCII");
+    }
+    if (const std::string problem =
+            AdmissionEntryProblem(std::string_view(part.data(), part.size()));
+        !problem.empty()) {
+      return Resolver::Bad(
+          s, absl::StrCat("holds '", std::string(part), "', which ", problem,
+                          ": it could never match"));
     }
     names.emplace_back(part);
   }
@@ -411,27 +713,44 @@ absl::Status ResolveAdmission(const Resolver& r, ServeConfig& c) {
   return absl::OkStatus();
 }
 
+// CheckSelfPoll proves, before listening, that the worker's self-poll can
+// succeed with its own credentials (CheckServingSet), and keeps what it
+// checked for the credential mirror, which checks every new set the same.
+absl::Status CheckSelfPoll(const Resolver& r, ServeConfig& c) {
+  if (c.credentials.kind != Credentials::Kind::kMutualTls) {
+    return absl::OkStatus();
+  }
+  const Setting identity = r.Get(knob::kTlsIdentity);
+  c.self_poll.host = c.tls.identity.empty()
+                         ? HostOf(LoopbackTarget(c.host, c.port))
+                         : c.tls.identity;
+  c.self_poll.host_source = c.tls.identity.empty() ? "" : identity.source;
+  if (!c.admit.empty()) {
+    c.self_poll.idle_admitted = c.admit.control;
+    c.self_poll.idle_admitted.insert(c.self_poll.idle_admitted.end(),
+                                     c.admit.observe.begin(),
+                                     c.admit.observe.end());
+    const Setting observe = r.Get(knob::kTlsAdmitObserve);
+    c.self_poll.admitted_source =
+        observe.explicit_value ? observe.source
+                               : std::string(knob::kTlsAdmitObserve.flag);
+  }
+  absl::StatusOr<PemSet> pems = ReadPemSet(c.tls);
+  if (!pems.ok()) return pems.status();
+  return CheckServingSet(c.tls, *pems, c.self_poll);
+}
+
 absl::Status ResolveLogging(const Resolver& r, ServeConfig& c) {
-  const Setting level = r.Get(knob::kLogLevel);
-  static constexpr std::string_view kLevels[] = {
-      "trace", "debug", "info", "warn", "error", "critical", "off"};
-  if (std::find(std::begin(kLevels), std::end(kLevels), level.text) ==
-      std::end(kLevels)) {
-    return Resolver::Bad(
-        level, "is not one of trace, debug, info, warn, error, critical, off");
-  }
-  c.log_level = level.text;
-  const Setting format = r.Get(knob::kLogFormat);
-  if (format.text != "text" && format.text != "json") {
-    return Resolver::Bad(format, "is not text or json");
-  }
-  c.log_format = format.text == "json" ? LogFormat::kJson : LogFormat::kText;
+  CFDB_ASSIGN(c.log_level, r.Choice(knob::kLogLevel));
+  std::string format;
+  CFDB_ASSIGN(format, r.Choice(knob::kLogFormat));
+  c.log_format = format == "json" ? LogFormat::kJson : LogFormat::kText;
   return absl::OkStatus();
 }
 
 }  // namespace
 
-std::span<const Knob* const> ServeKnobs() {
+std::span<const Knob* const> AllKnobs() {
   using namespace knob;  // NOLINT: the table below names every knob
   static const Knob* const kAll[] = {&kHost,
                                      &kPort,
@@ -439,18 +758,22 @@ std::span<const Knob* const> ServeKnobs() {
                                      &kWoolCompat,
                                      &kEcsScaleInProtection,
                                      &kEcsProtectionExpiresMinutes,
+                                     &kEcsProtectionHoldSeconds,
                                      &kMetricsInterval,
                                      &kMetricsService,
                                      &kIdleTimeout,
                                      &kIdlePollInterval,
                                      &kIdlePollDeadline,
                                      &kIdlePollFailureLimit,
+                                     &kListenerCheckInterval,
                                      &kMaxLifetime,
                                      &kMaxLifetimeJitter,
                                      &kMaxLifetimeGrace,
                                      &kSignalGrace,
                                      &kMaxConcurrentTasks,
                                      &kTaskKillGrace,
+                                     &kJobOutputBufferMib,
+                                     &kJobResultTtl,
                                      &kJobNice,
                                      &kLogLevel,
                                      &kLogFormat,
@@ -469,15 +792,197 @@ std::span<const Knob* const> ServeKnobs() {
                                      &kTlsKeyEnv,
                                      &kTlsIdentity,
                                      &kTlsRefreshInterval,
-                                     &kTlsCrlDir};
+                                     &kTlsCrlDir,
+                                     &kAddress,
+                                     &kAttempts};
   return kAll;
 }
 
-std::span<const Knob* const> TlsKnobs() { return ServeKnobs().last(9); }
+namespace {
 
-std::span<const Knob* const> ClientKnobs() {
-  static const Knob* const kAll[] = {&knob::kAddress, &knob::kAttempts};
-  return kAll;
+std::vector<const Knob*> Select(std::initializer_list<KnobScope> scopes) {
+  std::vector<const Knob*> knobs;
+  for (const Knob* knob : AllKnobs()) {
+    if (std::find(scopes.begin(), scopes.end(), knob->scope) != scopes.end())
+      knobs.push_back(knob);
+  }
+  return knobs;
+}
+
+}  // namespace
+
+std::span<const Knob* const> KnobsOf(KnobScope scope) {
+  static const std::vector<const Knob*> kServe = Select({KnobScope::kServe});
+  static const std::vector<const Knob*> kTls = Select({KnobScope::kTls});
+  static const std::vector<const Knob*> kClient = Select({KnobScope::kClient});
+  switch (scope) {
+    case KnobScope::kServe:
+      return kServe;
+    case KnobScope::kTls:
+      return kTls;
+    case KnobScope::kClient:
+      return kClient;
+  }
+  return {};
+}
+
+std::span<const Knob* const> ServeKnobs() {
+  static const std::vector<const Knob*> kServe =
+      Select({KnobScope::kServe, KnobScope::kTls});
+  return kServe;
+}
+
+namespace {
+std::string Number(double x);
+}  // namespace
+
+std::string KnobDefaultText(const Knob& knob) {
+  struct Text {
+    std::string operator()(std::monostate) const { return ""; }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t n) const { return absl::StrCat(n); }
+    std::string operator()(double x) const { return Number(x); }
+    std::string operator()(std::string_view t) const { return std::string(t); }
+  };
+  return std::visit(Text{}, knob.fallback);
+}
+
+namespace {
+
+// Number writes a bound as people do: 1000000, not 1e+06.
+std::string Number(double x) {
+  if (x == std::floor(x) && std::abs(x) < 1e15)
+    return absl::StrCat(static_cast<int64_t>(x));
+  return absl::StrCat(x);
+}
+
+// Words joins `words` as "a, b or c".
+std::string Words(std::span<const std::string_view> words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? " or " : ", ";
+    out += words[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string KnobRangeText(const Knob& knob) {
+  const KnobRange& r = knob.range;
+  switch (knob.type) {
+    case KnobType::kText:
+      return "";
+    case KnobType::kSwitch:
+      return "true or false";
+    case KnobType::kChoice:
+      return Words(knob.choices);
+    case KnobType::kInteger:
+    case KnobType::kSeconds:
+      break;
+  }
+  const bool low = std::isfinite(r.min);
+  const bool high = std::isfinite(r.max);
+  std::string text;
+  if (low && high && !r.above_min) {
+    text = absl::StrCat(Number(r.min), "..", Number(r.max));
+  } else if (low) {
+    text = absl::StrCat(r.above_min ? "> " : ">= ", Number(r.min));
+    if (high) absl::StrAppend(&text, ", <= ", Number(r.max));
+  } else if (high) {
+    text = absl::StrCat("<= ", Number(r.max));
+  } else {
+    text = "any number";
+  }
+  return r.or_zero ? absl::StrCat("0 or ", text) : text;
+}
+
+std::string KnobHelp(const Knob& knob) {
+  std::string help(knob.help);
+  if (const std::string range = KnobRangeText(knob);
+      !range.empty() && knob.type != KnobType::kSwitch) {
+    absl::StrAppend(&help, "; ", range);
+  }
+  if (!knob.default_note.empty()) {
+    absl::StrAppend(&help, " (default: ", std::string(knob.default_note), ")");
+  } else if (const std::string fallback = KnobDefaultText(knob);
+             !fallback.empty() && knob.type != KnobType::kSwitch) {
+    absl::StrAppend(&help, " (default ", fallback, ")");
+  }
+  return absl::StrCat(help, " [", std::string(knob.variable), "]");
+}
+
+absl::Status CheckKnobValue(const Knob& knob, std::string_view source,
+                            std::string_view text) {
+  const KnobRange& r = knob.range;
+  switch (knob.type) {
+    case KnobType::kText:
+      return absl::OkStatus();
+    case KnobType::kSwitch: {
+      bool value = false;
+      if (!absl::SimpleAtob(std::string(text), &value))
+        return BadValue(source, text, "is not true or false");
+      return absl::OkStatus();
+    }
+    case KnobType::kChoice:
+      if (std::find(knob.choices.begin(), knob.choices.end(), text) ==
+          knob.choices.end()) {
+        return BadValue(source, text,
+                        absl::StrCat("is not ", Words(knob.choices)));
+      }
+      return absl::OkStatus();
+    case KnobType::kInteger: {
+      absl::StatusOr<int64_t> value =
+          ParseIntegerFlag(source, text, static_cast<int64_t>(r.min),
+                           static_cast<int64_t>(r.max));
+      return value.status();
+    }
+    case KnobType::kSeconds:
+      break;
+  }
+  absl::StatusOr<double> value =
+      ParseSecondsFlag(source, text, SecondsRange::kAny);
+  if (!value.ok()) return value.status();
+  const double x = *value;
+  if (r.or_zero && x == 0) return absl::OkStatus();
+  if (x < r.min || (r.above_min && x == r.min)) {
+    if (r.min == 0) {
+      return BadValue(source, text,
+                      r.above_min ? "must be greater than 0" : "is negative");
+    }
+    if (r.or_zero) {
+      return BadValue(
+          source, text,
+          absl::StrCat("is under ", Number(r.min), " s (0 turns it off)"));
+    }
+    return BadValue(source, text, absl::StrCat("is not ", KnobRangeText(knob)));
+  }
+  if (x > r.max) {
+    return BadValue(source, text, absl::StrCat("is not ", KnobRangeText(knob)));
+  }
+  return absl::OkStatus();
+}
+
+std::string KnobTable(KnobScope scope) {
+  std::string table =
+      "| flag | variable | default | range | meaning |\n"
+      "| --- | --- | --- | --- | --- |\n";
+  for (const Knob* knob : KnobsOf(scope)) {
+    std::string fallback = std::string(knob->default_note);
+    if (fallback.empty()) fallback = KnobDefaultText(*knob);
+    if (fallback.empty()) fallback = "none";
+    if (knob->type != KnobType::kSeconds && knob->type != KnobType::kInteger &&
+        fallback != "none" && knob->default_note.empty()) {
+      fallback = absl::StrCat("`", fallback, "`");
+    }
+    std::string range = KnobRangeText(*knob);
+    if (range.empty())
+      range = absl::StrCat("`", std::string(knob->metavar), "`");
+    absl::StrAppend(&table, "| `", std::string(knob->flag), "` | `",
+                    std::string(knob->variable), "` | ", fallback, " | ", range,
+                    " | ", std::string(knob->help), " |\n");
+  }
+  return table;
 }
 
 EnvLookup ProcessEnv() {
@@ -524,8 +1029,7 @@ absl::StatusOr<TlsSettings> ResolveTlsSettings(const FlagValues& flags,
     return s;
   tls.identity = r.Get(knob::kTlsIdentity).text;
   tls.crl_directory = r.Get(knob::kTlsCrlDir).text;
-  CFDB_ASSIGN(tls.refresh_interval,
-              r.Seconds(knob::kTlsRefreshInterval, false));
+  CFDB_ASSIGN(tls.refresh_interval, r.Seconds(knob::kTlsRefreshInterval));
   return tls;
 }
 
@@ -563,7 +1067,7 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   const Resolver r(flags, env);
   ServeConfig c;
   CFDB_ASSIGN(c.host, r.NonEmpty(knob::kHost));
-  CFDB_ASSIGN(c.port, r.Integer(knob::kPort, 0, 65535));
+  CFDB_ASSIGN(c.port, r.Integer(knob::kPort));
   if (const Setting uds = r.Get(knob::kUds); !uds.text.empty()) {
     if (absl::Status s = CheckUnixSocketPath(uds.text); !s.ok()) {
       return Resolver::Bad(uds, std::string(s.message()));
@@ -573,24 +1077,24 @@ absl::StatusOr<ServeConfig> ResolveServeConfig(const FlagValues& flags,
   CFDB_ASSIGN(c.wool_compat, r.Switch(knob::kWoolCompat));
   CFDB_ASSIGN(c.scale_in.enabled, r.Switch(knob::kEcsScaleInProtection));
   int64_t expires = 0;
-  CFDB_ASSIGN(expires, r.Integer(knob::kEcsProtectionExpiresMinutes, 1,
-                                 kMaxProtectionExpiresMinutes));
+  CFDB_ASSIGN(expires, r.Integer(knob::kEcsProtectionExpiresMinutes));
   c.scale_in.expires = std::chrono::minutes(expires);
   c.scale_in.agent_uri = env("ECS_AGENT_URI").value_or("");
-  CFDB_ASSIGN(c.metrics_interval, r.Seconds(knob::kMetricsInterval, false));
-  if (c.metrics_interval > Duration::zero() &&
-      c.metrics_interval < std::chrono::seconds(1)) {
-    return Resolver::Bad(r.Get(knob::kMetricsInterval),
-                         "is under 1 s (0 turns metrics off)");
-  }
+  CFDB_ASSIGN(c.metrics_interval, r.Seconds(knob::kMetricsInterval));
   CFDB_ASSIGN(c.metrics_service, r.NonEmpty(knob::kMetricsService));
   if (absl::Status s = ResolveRetirement(r, c.retirement); !s.ok()) return s;
+  CFDB_ASSIGN(c.scale_in.hold, r.Seconds(knob::kEcsProtectionHoldSeconds));
+  // Past the idle timeout the worker has retired: no job can come.
+  if (c.retirement.idle_timeout > Duration::zero()) {
+    c.scale_in.hold = std::min(c.scale_in.hold, c.retirement.idle_timeout);
+  }
   if (absl::Status s = ResolveWorker(r, c.worker); !s.ok()) return s;
   if (absl::Status s = ResolveLogging(r, c); !s.ok()) return s;
   if (absl::Status s = ResolveSandbox(r, c); !s.ok()) return s;
   CFDB_ASSIGN(c.tls, ResolveTlsSettings(flags, env));
   CFDB_ASSIGN(c.credentials, MakeCredentials(c.tls));
   if (absl::Status s = ResolveAdmission(r, c); !s.ok()) return s;
+  if (absl::Status s = CheckSelfPoll(r, c); !s.ok()) return s;
   CFDB_ASSIGN(c.allow_insecure, r.Switch(knob::kAllowInsecure));
   if (c.credentials.kind == Credentials::Kind::kInsecure &&
       !IsLoopbackHost(c.host) && !c.allow_insecure) {
@@ -609,7 +1113,7 @@ absl::StatusOr<ClientConfig> ResolveClientConfig(const FlagValues& flags,
   const Resolver r(flags, env);
   ClientConfig c;
   CFDB_ASSIGN(c.address, r.NonEmpty(knob::kAddress));
-  CFDB_ASSIGN(c.attempts, r.Integer(knob::kAttempts, 1, 1000));
+  CFDB_ASSIGN(c.attempts, r.Integer(knob::kAttempts));
   CFDB_ASSIGN(c.credentials, ResolveCredentials(flags, env));
   return c;
 }

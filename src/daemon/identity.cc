@@ -150,17 +150,17 @@ absl::Status BecomeWorker(const std::optional<User>& worker_user,
 }
 
 std::vector<std::string> CredentialFileProblems(
-    const std::vector<std::string>& paths) {
+    const std::vector<CredentialFile>& files) {
   std::vector<std::string> problems;
   // Who else may rewrite what the worker trusts: not root, not the worker.
   const auto stranger = [](uid_t owner) {
     return owner != 0 && owner != geteuid();
   };
-  for (const std::string& path : paths) {
+  for (const auto& [path, secret] : files) {
     struct stat st {};
     if (path.empty() || stat(path.c_str(), &st) != 0) continue;
     const unsigned mode = st.st_mode & 07777;
-    if ((mode & (S_IRGRP | S_IROTH)) != 0) {
+    if (secret && (mode & (S_IRGRP | S_IROTH)) != 0) {
       problems.push_back(absl::StrFormat(
           "%s is readable by group or others (mode %04o): chmod go-r it", path,
           mode));

@@ -42,13 +42,21 @@ absl::StatusOr<User> ResolveUser(std::string_view spec);
 absl::Status BecomeWorker(const std::optional<User>& worker_user,
                           bool keep_job_caps);
 
-// CredentialFileProblems returns a warning for each of `paths` that is
-// readable by group or others, writable by anyone but its owner, owned by
-// a user other than root or the calling process's effective uid (call it
-// as the worker), or in a directory such a user owns or group or others may
-// write without the sticky bit (empty paths are skipped), e.g.
-// "/run/tls/key.pem is readable by group or others (mode 0644)".
+// CredentialFile is a file the worker trusts; `secret` for a private key,
+// which no one else may read (a certificate or a CA is public).
+struct CredentialFile {
+  std::string path;
+  bool secret = false;
+};
+
+// CredentialFileProblems returns a warning for each of `files` that is
+// (a secret one) readable by group or others, writable by anyone but its
+// owner, owned by a user other than root or the calling process's
+// effective uid (call it as the worker), or in a directory such a user
+// owns or group or others may write without the sticky bit (empty paths
+// are skipped), e.g. "/run/tls/key.pem is readable by group or others
+// (mode 0644)".
 std::vector<std::string> CredentialFileProblems(
-    const std::vector<std::string>& paths);
+    const std::vector<CredentialFile>& files);
 
 }  // namespace cfdb::worker

@@ -1,10 +1,14 @@
 #include "daemon/logging.h"
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/log.h"
+#include "core/log_throttle.h"
 #include "core/text.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpc/support/log.h"
@@ -82,23 +86,60 @@ class TextFormatter final : public spdlog::formatter {
   spdlog::pattern_formatter pattern_{"%Y-%m-%dT%H:%M:%S.%e%z %l %v"};
 };
 
+// LibraryLog is the throttle of gRPC's and protobuf's lines; never
+// destroyed, as gRPC may log from its threads until the process ends.
+LogThrottle& LibraryLog() {
+  static auto* const throttle = new LogThrottle(SteadyClock::Get());
+  return *throttle;
+}
+
+// LogFromLibrary logs a line of `source` (gRPC, protobuf) from `file`:`line`
+// in its code; those at warn and above through the throttle, by place.
+void LogFromLibrary(spdlog::level::level_enum level, std::string_view source,
+                    std::string_view message, const char* file, int line) {
+  std::vector<LogField> fields = {
+      {"source", source}, {"file", file}, {"line", line}};
+  if (level < spdlog::level::warn) {
+    LogEvent(level, message, fields);
+    return;
+  }
+  LibraryLog().Log(absl::StrCat(std::string(source), " ", file, ":", line),
+                   level, message, std::move(fields));
+}
+
+// The hook of OnGrpcAcceptFailure.
+struct AcceptFailureHook {
+  absl::Mutex mu;
+  std::function<void()> hook ABSL_GUARDED_BY(mu);
+};
+
+AcceptFailureHook& TheAcceptFailureHook() {
+  static auto* hook = new AcceptFailureHook;  // never destroyed: gRPC's
+  return *hook;                               // threads may log on the way out
+}
+
 void GrpcLog(gpr_log_func_args* args) {
-  const auto level = args->severity == GPR_LOG_SEVERITY_ERROR
-                         ? spdlog::level::err
-                         : spdlog::level::debug;
-  LogEvent(level, args->message,
-           {{"source", "grpc"}, {"file", args->file}, {"line", args->line}});
+  // gRPC 1.51's listener stops for good after this line (tcp_server_posix):
+  // the hook runs before the line may be held back by the throttle.
+  if (std::string_view(args->message).starts_with("Failed accept")) {
+    AcceptFailureHook& hook = TheAcceptFailureHook();
+    absl::MutexLock lock(&hook.mu);
+    if (hook.hook) hook.hook();
+  }
+  LogFromLibrary(args->severity == GPR_LOG_SEVERITY_ERROR
+                     ? spdlog::level::err
+                     : spdlog::level::debug,
+                 "grpc", args->message, args->file, args->line);
 }
 
 // ProtobufLog routes protobuf's own complaints (e.g. a request string that
 // is not UTF-8) into the log, so JSON stays one object per line.
 void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
                  const std::string& message) {
-  const auto ours = level >= google::protobuf::LOGLEVEL_ERROR
-                        ? spdlog::level::warn
-                        : spdlog::level::debug;
-  LogEvent(ours, EscapedForLog(message),
-           {{"source", "protobuf"}, {"file", file}, {"line", line}});
+  LogFromLibrary(level >= google::protobuf::LOGLEVEL_ERROR
+                     ? spdlog::level::warn
+                     : spdlog::level::debug,
+                 "protobuf", EscapedForLog(message), file, line);
 }
 
 // The raw logger writes lines as they are, to stderr like the default
@@ -109,6 +150,14 @@ std::shared_ptr<spdlog::logger>& RawLogger() {
 }
 
 }  // namespace
+
+void FlushLibraryLog() { LibraryLog().Flush(); }
+
+void OnGrpcAcceptFailure(std::function<void()> hook) {
+  AcceptFailureHook& the_hook = TheAcceptFailureHook();
+  absl::MutexLock lock(&the_hook.mu);
+  the_hook.hook = std::move(hook);
+}
 
 void WriteJsonLogLine(const std::string& line) {
   if (const auto& raw = RawLogger()) raw->info(line);

@@ -7,18 +7,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/client_calls.h"
 #include "nlohmann/json.hpp"
 
 namespace cfdb::worker::cli {
 namespace {
 
-// A failure of `rpc` on `result`: its kind and status.
-ReapResult Failed(ReapResult result, Rpc rpc, ReapAction action,
-                  const absl::Status& status) {
+// A failure of `rpc` on `result`: its kind and status, explained.
+ReapResult Failed(ReapResult result, const ReapOptions& options, Rpc rpc,
+                  ReapAction action, const absl::Status& status) {
   result.action = action;
-  result.error_kind = ClassifyError(rpc, status);
-  result.status = status;
+  result.status = Explained(rpc, result.address, options.client, status);
+  result.error_kind = ClassifyError(rpc, result.status);
   return result;
 }
 
@@ -34,6 +35,8 @@ std::string_view ReapActionName(ReapAction action) {
       return "kept busy";
     case ReapAction::kKeptBelow:
       return "kept below threshold";
+    case ReapAction::kKeptBecameBusy:
+      return "kept: became busy";
     case ReapAction::kSkipped:
       return "skipped";
     case ReapAction::kPollFailed:
@@ -48,7 +51,7 @@ ReapResult ReapOne(const ReapOptions& options, const std::string& address) {
   ReapResult result{.address = address};
   auto connection = Connect(address, options.client);
   if (!connection.ok()) {
-    return Failed(result, Rpc::kIdle, ReapAction::kPollFailed,
+    return Failed(result, options, Rpc::kIdle, ReapAction::kPollFailed,
                   connection.status());
   }
   absl::StatusOr<double> idle = WithRetries(
@@ -57,7 +60,7 @@ ReapResult ReapOne(const ReapOptions& options, const std::string& address) {
   if (!idle.ok()) {
     const bool unavailable =
         ClassifyError(Rpc::kIdle, idle.status()) == ErrorKind::kIdleUnavailable;
-    return Failed(result, Rpc::kIdle,
+    return Failed(result, options, Rpc::kIdle,
                   unavailable ? ReapAction::kSkipped : ReapAction::kPollFailed,
                   idle.status());
   }
@@ -70,13 +73,21 @@ ReapResult ReapOne(const ReapOptions& options, const std::string& address) {
     result.action = ReapAction::kDryRun;
   } else {
     const Duration grace = GraceFromSeconds(options.grace_seconds);
+    const Duration if_idle_for =
+        ToDuration(Seconds(options.idle_threshold_seconds));
     absl::StatusOr<StopSummary> stopped =
         WithRetries(options.client.attempts, Rpc::kStop, [&] {
           return (*connection)
-              ->Stop(grace, StopDeadline(options.grace_seconds));
+              ->Stop(grace, StopDeadline(options.grace_seconds), if_idle_for);
         });
+    if (!stopped.ok() &&
+        ClassifyError(Rpc::kStop, stopped.status()) == ErrorKind::kStillBusy) {
+      result.action = ReapAction::kKeptBecameBusy;
+      result.status = stopped.status();
+      return result;
+    }
     if (!stopped.ok()) {
-      return Failed(result, Rpc::kStop, ReapAction::kStopFailed,
+      return Failed(result, options, Rpc::kStop, ReapAction::kStopFailed,
                     stopped.status());
     }
     result.action = ReapAction::kStopped;
@@ -85,9 +96,10 @@ ReapResult ReapOne(const ReapOptions& options, const std::string& address) {
   return result;
 }
 
-std::vector<ReapResult> Reap(const ReapOptions& options) {
-  std::vector<ReapResult> results(options.addresses.size());
+void Reap(const ReapOptions& options, const ReapStep& step,
+          const std::function<void(const ReapResult&)>& on_result) {
   std::atomic<size_t> next{0};
+  absl::Mutex mu;  // one on_result at a time
   const size_t threads = std::clamp<size_t>(options.addresses.size(), 1,
                                             std::max(options.concurrency, 1));
   std::vector<std::thread> pool;
@@ -95,12 +107,13 @@ std::vector<ReapResult> Reap(const ReapOptions& options) {
   for (size_t t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
       for (size_t i; (i = next++) < options.addresses.size();) {
-        results[i] = ReapOne(options, options.addresses[i]);
+        const ReapResult result = step(options.addresses[i]);
+        absl::MutexLock lock(&mu);
+        on_result(result);
       }
     });
   }
   for (std::thread& thread : pool) thread.join();
-  return results;
 }
 
 std::string FormatResult(const ReapResult& r, bool json) {
@@ -116,8 +129,8 @@ std::string FormatResult(const ReapResult& r, bool json) {
     if (r.error_kind) {
       line["error_kind"] = std::string(ErrorKindName(*r.error_kind));
       line["grpc_code"] = absl::StatusCodeToString(r.status.code());
-      line["message"] = std::string(r.status.message());
     }
+    if (!r.status.ok()) line["message"] = std::string(r.status.message());
     return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   std::string text =
@@ -132,20 +145,29 @@ std::string FormatResult(const ReapResult& r, bool json) {
     absl::StrAppend(&text, ": ", std::string(ErrorKindName(*r.error_kind)),
                     " (", absl::StatusCodeToString(r.status.code()),
                     "): ", r.status.message());
+  } else if (!r.status.ok()) {
+    absl::StrAppend(&text, ": ", r.status.message());
   }
   return text;
 }
 
 int RunReap(const ReapOptions& options) {
+  // Debian's abseil is built without NDEBUG, so absl::Mutex (under every
+  // gRPC lock) tracks lock order for deadlock reports: a tenth of reap's
+  // CPU over thousands of connections, for a report this process does not
+  // need.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   int code = kExitOk;
-  for (const ReapResult& result : Reap(options)) {
-    std::cout << FormatResult(result, options.json) << "\n";
+  const auto step = [&](const std::string& address) {
+    return ReapOne(options, address);
+  };
+  Reap(options, step, [&](const ReapResult& result) {
+    std::cout << FormatResult(result, options.json) << std::endl;
     if (result.action == ReapAction::kPollFailed ||
         result.action == ReapAction::kStopFailed) {
       code = kExitRuntimeFailure;
     }
-  }
-  std::cout.flush();
+  });
   return code;
 }
 

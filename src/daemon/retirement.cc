@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cfdb/worker/errors.h"
@@ -30,14 +31,30 @@ std::string_view ExitReasonName(ExitReason reason) {
   return "unknown";
 }
 
+namespace {
+
+Duration ListenerCheckDeadline(const RetirementOptions& options) {
+  return std::min(kListenerCheckDeadline, options.listener_check_interval);
+}
+
+}  // namespace
+
+Duration ListenerLostBound(const RetirementOptions& options) {
+  const Duration poll = options.idle_timeout > Duration::zero()
+                            ? options.idle_poll_deadline
+                            : Duration::zero();
+  return options.listener_check_interval + poll +
+         kListenerLostAfter * ListenerCheckDeadline(options) +
+         (kListenerLostAfter - 1) * kListenerRecheck;
+}
+
 RetirementPolicy::RetirementPolicy(RetirementOptions options,
                                    const Clock& clock, Watcher watcher,
-                                   ConnectionFactory connect, Stopper stop)
+                                   Hooks hooks)
     : options_(std::move(options)),
       clock_(clock),
       watcher_(std::move(watcher)),
-      connect_(std::move(connect)),
-      stop_(std::move(stop)) {}
+      hooks_(std::move(hooks)) {}
 
 std::string RetirementPolicy::RemainingBound(TimePoint now) const {
   if (!lifetime_) return "no backstop: max lifetime is disabled";
@@ -49,21 +66,16 @@ RetirementPolicy::Poll RetirementPolicy::PollOnce(TimePoint now,
                                                   TimePoint* next_poll) {
   const bool slow = consecutive_failures_ >= options_.idle_poll_failure_limit;
   *next_poll = now + options_.idle_poll_interval * (slow ? kSlowPollFactor : 1);
-  const bool fresh = ++polls_ % kFreshDialEvery == 0;
-  absl::StatusOr<double> idle =
-      fresh ? source_->FreshIdleTime(options_.idle_poll_deadline)
-            : source_->IdleTime(options_.idle_poll_deadline);
+  absl::StatusOr<double> idle = source_->IdleTime(options_.idle_poll_deadline);
   if (!idle.ok()) {
-    PollFailed(now, idle.status(), fresh);
-    return fresh_failures_ >= kListenerLostAfter ? Poll::kListenerLost
-                                                 : Poll::kContinue;
+    PollFailed(now, idle.status());
+    return Poll::kContinue;
   }
   if (consecutive_failures_ >= options_.idle_poll_failure_limit) {
     spdlog::info("idle poll: answered again after {} failures in a row",
                  consecutive_failures_);
   }
   consecutive_failures_ = 0;
-  if (fresh) fresh_failures_ = 0;
   last_idle_seconds_ = *idle;
   const double timeout = ToSeconds(options_.idle_timeout);
   spdlog::debug("idle poll: idle {:.3f} s of {:.3f} s", *idle, timeout);
@@ -75,12 +87,10 @@ RetirementPolicy::Poll RetirementPolicy::PollOnce(TimePoint now,
   return Poll::kContinue;
 }
 
-void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status,
-                                  bool fresh) {
+void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status) {
   ++poll_failures_;
   const ErrorKind kind = ClassifyError(Rpc::kIdle, status);
-  const std::string what = absl::StrCat(fresh ? "on a fresh connection: " : "",
-                                        std::string(ErrorKindName(kind)), " (",
+  const std::string what = absl::StrCat(std::string(ErrorKindName(kind)), " (",
                                         absl::StatusCodeToString(status.code()),
                                         ": ", status.message(), ")");
   const std::initializer_list<LogField> fields = {
@@ -96,8 +106,6 @@ void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status,
     polling_ = false;
     return;
   }
-  // A new connection that is not even answered: the listener may be gone.
-  if (fresh && kind == ErrorKind::kTransient) ++fresh_failures_;
   ++consecutive_failures_;
   if (consecutive_failures_ > options_.idle_poll_failure_limit) {
     spdlog::debug("idle poll failed again: {}", what);
@@ -122,6 +130,47 @@ void RetirementPolicy::PollFailed(TimePoint now, const absl::Status& status,
       fields);
 }
 
+bool RetirementPolicy::CheckListener() {
+  const absl::Status status =
+      hooks_.dial_fresh(ListenerCheckDeadline(options_));
+  const TimePoint now = clock_.Now();
+  // Any answer, a refusal or a failed handshake included, proves that the
+  // listener accepted the connection.
+  if (status.ok() ||
+      ClassifyError(Rpc::kIdle, status) != ErrorKind::kTransient) {
+    if (listener_failures_ > 0 || listener_unknown_) {
+      spdlog::info("listener check: a new connection is answered again");
+    }
+    listener_failures_ = 0;
+    listener_unknown_ = false;
+    next_listener_check_ = now + options_.listener_check_interval;
+    return false;
+  }
+  next_listener_check_ = now + kListenerRecheck;
+  const std::string what = absl::StrCat(absl::StatusCodeToString(status.code()),
+                                        ": ", status.message());
+  if (hooks_.can_open_descriptor && !hooks_.can_open_descriptor()) {
+    // Out of descriptors here: the dial may have failed on our own side.
+    if (!listener_unknown_) {
+      spdlog::warn(
+          "listener check: a new connection was not answered ({}), but this "
+          "process cannot open a descriptor now, so that says nothing of the "
+          "listener; checking every {} s until it can",
+          what, ToSeconds(kListenerRecheck));
+    }
+    listener_unknown_ = true;
+    return false;
+  }
+  listener_unknown_ = false;
+  ++listener_failures_;
+  LogEvent(spdlog::level::warn,
+           absl::StrCat("listener check: a new connection was not answered (",
+                        listener_failures_, " of ", kListenerLostAfter,
+                        " in a row): ", what),
+           {{"grpc_code", absl::StatusCodeToString(status.code())}});
+  return listener_failures_ >= kListenerLostAfter;
+}
+
 std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
                                                    TimePoint* next_poll) {
   if (lifetime_ && now - start_ >= *lifetime_) {
@@ -135,19 +184,41 @@ std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
                                                  : ExitReason::kRequested,
         .grace = options_.signal_grace};
   }
-  if (polling_ && now >= *next_poll) {
-    switch (PollOnce(now, next_poll)) {
-      case Poll::kIdleExit:
-        return Retirement{.reason = ExitReason::kIdle,
-                          .grace = options_.max_lifetime_grace};
-      case Poll::kListenerLost:
-        return Retirement{.reason = ExitReason::kListenerLost,
-                          .grace = options_.max_lifetime_grace};
-      case Poll::kContinue:
-        break;
+  if (hooks_.dial_fresh &&
+      (now >= next_listener_check_ || check_listener_soon_.exchange(false))) {
+    if (CheckListener()) {
+      return Retirement{.reason = ExitReason::kListenerLost,
+                        .grace = options_.max_lifetime_grace};
     }
+    now = clock_.Now();
+  }
+  // While new connections go unanswered the checks come first: a poll
+  // could only delay the verdict.
+  if (polling_ && listener_failures_ == 0 && now >= *next_poll &&
+      PollOnce(now, next_poll) == Poll::kIdleExit &&
+      RetireIdle(now, next_poll)) {
+    return Retirement{.reason = ExitReason::kIdle,
+                      .grace = options_.max_lifetime_grace};
   }
   return std::nullopt;
+}
+
+bool RetirementPolicy::RetireIdle(TimePoint now, TimePoint* next_poll) {
+  if (!hooks_.stop_if_idle) return true;  // Run makes the request
+  // The poll read the idle time a moment ago; a job accepted since then
+  // must keep its worker, so the stop is decided again, atomically with
+  // admission, in the worker.
+  const absl::Status s = hooks_.stop_if_idle(
+      {.source = std::string(ExitReasonName(ExitReason::kIdle)),
+       .grace = options_.max_lifetime_grace},
+      options_.idle_timeout);
+  if (s.ok()) {
+    idle_stop_requested_ = true;
+    return true;
+  }
+  spdlog::info("idle retirement: kept serving: {}", std::string(s.message()));
+  *next_poll = now + options_.idle_poll_interval;
+  return false;
 }
 
 void RetirementPolicy::DrawLifetime() {
@@ -164,31 +235,31 @@ void RetirementPolicy::DrawLifetime() {
         ToSeconds(options_.max_lifetime), ToSeconds(half));
   }
   if (bound <= Duration::zero()) return;
-  Duration jitter = Duration::zero();
   if (options_.draw_jitter) {
-    jitter = std::clamp(options_.draw_jitter(bound), Duration::zero(), bound);
+    jitter_ = std::clamp(options_.draw_jitter(bound), Duration::zero(), bound);
   } else {
     absl::BitGen random;
-    jitter = ToDuration(Seconds(
+    jitter_ = ToDuration(Seconds(
         absl::Uniform(absl::IntervalClosed, random, 0.0, ToSeconds(bound))));
   }
-  *lifetime_ -= jitter;
-  LogEvent(spdlog::level::info,
-           absl::StrFormat("max lifetime: %.3f s less a jitter of %.3f s "
-                           "(drawn from 0..%.3f s): retiring %.3f s after "
-                           "start",
-                           ToSeconds(options_.max_lifetime), ToSeconds(jitter),
-                           ToSeconds(bound), ToSeconds(*lifetime_)),
-           {{"max_lifetime_seconds", ToSeconds(options_.max_lifetime)},
-            {"max_lifetime_jitter_seconds", ToSeconds(jitter)},
-            {"lifetime_seconds", ToSeconds(*lifetime_)}});
+  *lifetime_ -= jitter_;
+  LogEvent(
+      spdlog::level::info,
+      absl::StrFormat("max lifetime: %.3f s less a jitter of %.3f s "
+                      "(drawn from 0..%.3f s): retiring %.3f s after "
+                      "start",
+                      ToSeconds(options_.max_lifetime), ToSeconds(jitter_),
+                      ToSeconds(bound), ToSeconds(*lifetime_)),
+      {{"max_lifetime_seconds", ToSeconds(*lifetime_)},
+       {"max_lifetime_configured_seconds", ToSeconds(options_.max_lifetime)},
+       {"max_lifetime_jitter_seconds", ToSeconds(jitter_)}});
 }
 
-Retirement RetirementPolicy::Run() {
-  start_ = clock_.Now();
+Retirement RetirementPolicy::Run(std::optional<TimePoint> started) {
+  start_ = started.value_or(clock_.Now());
   DrawLifetime();
-  if (options_.idle_timeout > Duration::zero()) {
-    absl::StatusOr<std::unique_ptr<IdleSource>> source = connect_();
+  if (options_.idle_timeout > Duration::zero() && hooks_.connect) {
+    absl::StatusOr<std::unique_ptr<IdleSource>> source = hooks_.connect();
     if (source.ok()) {
       source_ = *std::move(source);
       polling_ = true;
@@ -204,35 +275,60 @@ Retirement RetirementPolicy::Run() {
   // first tick of the cadence.
   TimePoint next_poll =
       start_ + std::min(options_.idle_poll_interval, options_.idle_timeout);
+  next_listener_check_ = start_ + options_.listener_check_interval;
   std::optional<Retirement> retirement;
   while (!(retirement = Decide(clock_.Now(), &next_poll))) {
-    TimePoint wake = polling_ ? next_poll : TimePoint::max();
+    TimePoint wake =
+        polling_ && listener_failures_ == 0 ? next_poll : TimePoint::max();
+    if (hooks_.dial_fresh) wake = std::min(wake, next_listener_check_);
     wake = std::min(wake, lifetime_end());
     clock_.WaitUntil(wake, watcher_);
   }
-  retirement->idle_seconds = last_idle_seconds_;
   if (source_ != nullptr) {
     if (absl::Status s = source_->Close(); !s.ok()) {
       spdlog::warn("closing the idle poll connection failed: {}", s.ToString());
     }
   }
-  LogRetirement(*retirement);
-  if (retirement->reason == ExitReason::kIdle ||
-      retirement->reason == ExitReason::kMaxLifetime ||
-      retirement->reason == ExitReason::kListenerLost) {
-    stop_({.source = std::string(ExitReasonName(retirement->reason)),
-           .grace = retirement->grace});
+  if (hooks_.stop && !idle_stop_requested_ &&
+      (retirement->reason == ExitReason::kIdle ||
+       retirement->reason == ExitReason::kMaxLifetime ||
+       retirement->reason == ExitReason::kListenerLost)) {
+    hooks_.stop({.source = std::string(ExitReasonName(retirement->reason)),
+                 .grace = retirement->grace});
   }
+  const std::optional<StopState> state =
+      hooks_.stop_state ? hooks_.stop_state() : std::nullopt;
+  retirement->idle_seconds =
+      state ? ToSeconds(state->idle_at_request) : last_idle_seconds_;
+  LogRetirement(*retirement, state);
   return *retirement;
 }
 
-void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
+namespace {
+
+// RequestField names a stop source's field in the exit event:
+// "stop_request_" and the source in lower case, other than letters and
+// digits as '_' ("SIGTERM again" -> "stop_request_sigterm_again").
+std::string RequestField(std::string_view source) {
+  std::string field = "stop_request_";
+  for (const char c : source) {
+    field += absl::ascii_isalnum(static_cast<unsigned char>(c))
+                 ? absl::ascii_tolower(static_cast<unsigned char>(c))
+                 : '_';
+  }
+  return field;
+}
+
+}  // namespace
+
+void RetirementPolicy::LogRetirement(
+    const Retirement& retirement, const std::optional<StopState>& state) const {
   std::string why;
   switch (retirement.reason) {
     case ExitReason::kIdle:
-      why = absl::StrFormat("idle for %.3f s >= idle timeout %.3f s",
-                            retirement.idle_seconds,
-                            ToSeconds(options_.idle_timeout));
+      why =
+          absl::StrFormat("idle for %.3f s >= idle timeout %.3f s",
+                          last_idle_seconds_, ToSeconds(options_.idle_timeout));
       break;
     case ExitReason::kMaxLifetime:
       why = absl::StrFormat("max lifetime %.3f s reached",
@@ -240,7 +336,7 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
       break;
     case ExitReason::kListenerLost:
       why = absl::StrCat("listener lost: ", kListenerLostAfter,
-                         " fresh connections in a row were not answered, so "
+                         " new connections in a row were not answered, so "
                          "no new client can reach this worker");
       break;
     default:
@@ -253,13 +349,22 @@ void RetirementPolicy::LogRetirement(const Retirement& retirement) const {
           : absl::StrFormat("with grace %.3f s", ToSeconds(retirement.grace));
   std::vector<LogField> fields = {
       {"exit_reason", std::string(ExitReasonName(retirement.reason))},
+      {"uptime_seconds", ToSeconds(clock_.Now() - start_)},
       {"idle_seconds", retirement.idle_seconds},
       {"idle_timeout_seconds", ToSeconds(options_.idle_timeout)},
-      {"max_lifetime_seconds", ToSeconds(options_.max_lifetime)},
-      {"lifetime_seconds", ToSeconds(lifetime_.value_or(Duration::zero()))}};
-  // A Stop call drains with its own grace, logged when the call came in.
-  if (retirement.reason != ExitReason::kStopRpc) {
-    fields.push_back({"grace_seconds", ToSeconds(retirement.grace)});
+      {"max_lifetime_seconds", ToSeconds(lifetime_.value_or(Duration::zero()))},
+      {"max_lifetime_configured_seconds", ToSeconds(options_.max_lifetime)},
+      {"max_lifetime_jitter_seconds", ToSeconds(jitter_)}};
+  // One field per source that asked to stop, with the grace it asked for.
+  std::vector<std::string> names;
+  if (state) {
+    names.reserve(state->sources.size());
+    for (const StopRequests::Source& source : state->sources) {
+      names.push_back(RequestField(source.earliest.source));
+      const Duration grace = source.earliest.grace;
+      fields.push_back(
+          {names.back(), grace < Duration::zero() ? -1.0 : ToSeconds(grace)});
+    }
   }
   LogEvent(retirement.reason == ExitReason::kListenerLost ? spdlog::level::err
                                                           : spdlog::level::info,

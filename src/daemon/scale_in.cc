@@ -16,24 +16,48 @@
 
 namespace cfdb::worker {
 
-ProtectionPolicy::ProtectionPolicy(Duration expires) : expires_(expires) {}
+ProtectionPolicy::ProtectionPolicy(Duration expires, Duration hold,
+                                   Duration call_timeout)
+    : expires_(expires), hold_(hold), call_timeout_(call_timeout) {}
 
-std::optional<bool> ProtectionPolicy::Due(TimePoint now, bool busy) const {
+void ProtectionPolicy::SetBusy(TimePoint now, bool busy) {
+  if (busy_ && !busy) hold_end_ = now + hold_;
+  busy_ = busy;
+}
+
+bool ProtectionPolicy::InHold(TimePoint now) const {
+  return !busy_ && enabled_ && failures_ == 0 && now < hold_end_;
+}
+
+bool ProtectionPolicy::Wanted(TimePoint now) const {
+  return busy_ || InHold(now);
+}
+
+std::optional<bool> ProtectionPolicy::Due(TimePoint now) const {
+  const bool wanted = Wanted(now);
   if (failures_ > 0) {
     // The agent's state is unknown (a call that timed out may have been
-    // applied): the docket's state is sent again, at the retry, or at once
-    // when the docket has changed since the call that failed.
-    if (now < retry_at_ && busy == attempted_) return std::nullopt;
-    return busy;
+    // applied): the wanted state is sent again, at the retry, or at once
+    // when it has changed since the call that failed.
+    if (now < retry_at_ && wanted == attempted_) return std::nullopt;
+    return wanted;
   }
-  if (busy != enabled_) return busy;
-  if (enabled_ && now >= renew_at_) return true;  // renewal
+  if (wanted != enabled_) return wanted;
+  // A renewal; in the hold, only one that ends before the hold does.
+  if (enabled_ && now >= renew_at_ &&
+      (busy_ || now + call_timeout_ <= hold_end_)) {
+    return true;
+  }
   return std::nullopt;
 }
 
-TimePoint ProtectionPolicy::Next() const {
+TimePoint ProtectionPolicy::Next(TimePoint now) const {
   if (failures_ > 0) return retry_at_;
-  return enabled_ ? renew_at_ : TimePoint::max();
+  if (!enabled_) return TimePoint::max();
+  if (busy_) return renew_at_;
+  // In the hold: its renewal, if one fits before its end, else its end.
+  return now < renew_at_ && renew_at_ + call_timeout_ <= hold_end_ ? renew_at_
+                                                                   : hold_end_;
 }
 
 void ProtectionPolicy::Applied(TimePoint now, bool enabled) {
@@ -200,12 +224,12 @@ std::unique_ptr<AgentClient> CurlAgentClient(std::string agent_uri,
       absl::StrCat(agent_uri, "/task-protection/v1/state"), timeout);
 }
 
-ScaleInProtection::ScaleInProtection(Duration expires,
+ScaleInProtection::ScaleInProtection(Duration expires, Duration hold,
                                      std::unique_ptr<AgentClient> agent)
     : expires_minutes_(static_cast<int>(
           std::chrono::duration_cast<std::chrono::minutes>(expires).count())),
       agent_(std::move(agent)),
-      policy_(expires) {
+      policy_(expires, hold) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -221,7 +245,7 @@ ScaleInProtection::~ScaleInProtection() {
 void ScaleInProtection::Changed(const std::function<bool()>& busy) {
   {
     absl::MutexLock lock(&mu_);
-    busy_ = busy();
+    policy_.SetBusy(std::chrono::steady_clock::now(), busy());
     changed_ = true;
   }
   wake_.SignalAll();
@@ -245,10 +269,10 @@ void ScaleInProtection::Run() {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
       changed_ = false;
-      const std::optional<bool> due =
-          policy_.Due(std::chrono::steady_clock::now(), busy_);
+      const TimePoint now = std::chrono::steady_clock::now();
+      const std::optional<bool> due = policy_.Due(now);
       if (!due) {
-        const TimePoint next = policy_.Next();
+        const TimePoint next = policy_.Next(now);
         while (!changed_ && !stop_) {
           if (!wake_.WaitUntil(mu_, next)) break;
         }

@@ -5,14 +5,15 @@
 // "ExpiresInMinutes": N}; AWS's "Amazon ECS task scale-in protection"
 // endpoint), and told again once it is idle.
 //
-// Only the docket's edges and renewals cause calls: the empty -> busy edge
+// Calls come per busy period, not per job: the docket's empty -> busy edge
 // enables protection for N minutes, it is renewed at half of that while
-// busy (a 6-hour job stays protected), and the busy -> empty edge disables
-// it. Calls run on a thread of their own, never on the dispatch path, with
-// a bounded timeout; a failure is retried with the backoff and never
-// disables the feature; the state the agent gets is always the docket's
-// state at the time of the call, so busy -> idle -> busy quickly ends
-// protected.
+// wanted (a 6-hour job stays protected), and it is disabled only once the
+// docket has stayed empty for a hold (a job that arrives within the hold
+// costs no call). Calls run on a thread of their own, never on the
+// dispatch path, with a bounded timeout; a failure is retried with the
+// backoff and never disables the feature; the state the agent gets is
+// always the one wanted at the time of the call, so busy -> idle -> busy
+// quickly ends protected.
 #pragma once
 
 #include <atomic>
@@ -29,33 +30,55 @@
 
 namespace cfdb::worker {
 
-// Defaults of the knobs; cloudformation/workers.yml repeats the expiry.
+// Defaults of the knobs; cloudformation/workers.yml repeats them.
 inline constexpr int kDefaultProtectionExpiresMinutes = 120;  // ECS's own
 inline constexpr int kMaxProtectionExpiresMinutes = 2880;     // ECS's limit
+// The hold's default, itself never longer than the idle timeout.
+inline constexpr double kDefaultProtectionHoldSeconds = 60;
 // Each agent call gives up after this long.
 inline constexpr Duration kAgentCallTimeout = std::chrono::seconds(5);
 // Retries of a failed call: 1 s, doubling, up to a minute.
 inline constexpr Duration kAgentRetryInitialDelay = std::chrono::seconds(1);
 inline constexpr Duration kAgentRetryMaxDelay = std::chrono::minutes(1);
+// An idle task's protection outlives the hold only by a call: the renewal
+// made at half the shortest expiry always leaves more than a call to run.
+static_assert(kAgentCallTimeout < std::chrono::seconds(60) / 2);
 
 // ProtectionPolicy decides when to call the agent and with what. Time comes
 // in as arguments, so tests run hours of it in microseconds. Not
 // thread-safe.
+//
+// Protection is wanted while the docket is busy, and for `hold` after it
+// empties, as long as the agent is known to have it on (after a failed call
+// an idle task is sent "disabled" at once). While idle, a renewal is sent
+// only if it can end, `call_timeout` later, within the hold; otherwise the
+// protection, which a renewal at half the expiry keeps for more than a call
+// (static_assert above), lasts to the hold's end without it. So with an
+// agent that answers, an idle task is never protected past its idle edge
+// plus the longer of the hold and one call (a call begun while busy ends
+// first), plus one call (the disable).
 class ProtectionPolicy {
  public:
-  // `expires` (1..2880 minutes) is each call's ExpiresInMinutes.
-  explicit ProtectionPolicy(Duration expires);
+  // `expires` (1..2880 minutes) is each call's ExpiresInMinutes; `hold`
+  // (>= 0) how long protection stays on after the docket empties;
+  // `call_timeout` bounds each agent call.
+  ProtectionPolicy(Duration expires, Duration hold,
+                   Duration call_timeout = kAgentCallTimeout);
 
-  // Due returns the call due at `now` for the docket's state `busy`
-  // (true: enable, false: disable), or nullopt: none (the agent has that
-  // state already and no renewal is due, or a failed call waits for its
-  // retry). After a failure the agent's state is unknown, so the state is
-  // sent again even if it matches the last one applied: at the retry, or at
-  // once when the docket changed since the failed call.
-  std::optional<bool> Due(TimePoint now, bool busy) const;
-  // Next returns when a call may next fall due without an edge (a renewal
-  // or a retry); TimePoint::max() if none will.
-  TimePoint Next() const;
+  // SetBusy records the docket's state at `now`; the busy -> idle edge
+  // starts the hold. Repeating a state changes nothing.
+  void SetBusy(TimePoint now, bool busy);
+  // Due returns the call due at `now` (true: enable, false: disable), or
+  // nullopt: none (the agent has the wanted state already and no renewal
+  // is due, or a failed call waits for its retry). After a failure the
+  // agent's state is unknown, so the wanted state is sent again even if it
+  // matches the last one applied: at the retry, or at once when it changed
+  // since the failed call.
+  std::optional<bool> Due(TimePoint now) const;
+  // Next returns when, after `now`, a call may next fall due without an
+  // edge (a renewal, a retry, the hold's end); TimePoint::max() if none
+  // will.
+  TimePoint Next(TimePoint now) const;
   // Applied records a call that succeeded at `now`.
   void Applied(TimePoint now, bool enabled);
   // Failed records that the call for `attempted` failed at `now` and
@@ -67,7 +90,17 @@ class ProtectionPolicy {
   int failures() const { return failures_; }
 
  private:
+  // Wanted returns whether protection is wanted at `now`.
+  bool Wanted(TimePoint now) const;
+  // InHold returns whether `now` is within the hold of an idle docket
+  // whose protection the agent is known to have.
+  bool InHold(TimePoint now) const;
+
   const Duration expires_;
+  const Duration hold_;
+  const Duration call_timeout_;
+  bool busy_ = false;  // a new worker is idle
+  TimePoint hold_end_ = TimePoint::min();
   bool enabled_ = false;  // as the agent has it; a new task is unprotected
   TimePoint renew_at_ = TimePoint::max();
   TimePoint retry_at_ = TimePoint::min();
@@ -100,12 +133,15 @@ std::unique_ptr<AgentClient> CurlAgentClient(std::string agent_uri,
 
 // ScaleInProtection runs the policy on a thread of its own, applying the
 // docket's state as Changed() last read it (from the docket's edge
-// listener), and renewals and retries as they fall due. It never calls
-// into the worker itself, so it may outlive it. Logs each state change,
-// and each failure once per streak. Thread-safe.
+// listener), and renewals, retries and the hold's end as they fall due. It
+// never calls into the worker itself, so it may outlive it. Logs each state
+// change, and each failure once per streak. Thread-safe.
 class ScaleInProtection {
  public:
-  ScaleInProtection(Duration expires, std::unique_ptr<AgentClient> agent);
+  // `expires` and `hold` as for ProtectionPolicy; each call of `agent`
+  // should end within kAgentCallTimeout.
+  ScaleInProtection(Duration expires, Duration hold,
+                    std::unique_ptr<AgentClient> agent);
   // Stops the thread and joins it: at once during a retry wait, within
   // about a second for a call in flight (abandoned at libcurl's next
   // progress check).
@@ -134,7 +170,6 @@ class ScaleInProtection {
   const std::unique_ptr<AgentClient> agent_;
   mutable absl::Mutex mu_;
   ProtectionPolicy policy_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a new worker is idle
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
   CondVar wake_;

@@ -20,14 +20,6 @@ class SelfPoll final : public IdleSource {
   absl::StatusOr<double> IdleTime(Duration timeout) override {
     return Hinted(connection_->IdleTime(timeout));
   }
-  absl::StatusOr<double> FreshIdleTime(Duration timeout) override {
-    absl::StatusOr<std::unique_ptr<WorkerConnection>> fresh =
-        WorkerConnection::Open(connection_->target(),
-                               connection_->credentials(),
-                               {.own_connection = true});
-    if (!fresh.ok()) return fresh.status();
-    return Hinted((*fresh)->IdleTime(timeout));
-  }
   absl::Status Close() override { return connection_->Close(); }
 
  private:
@@ -64,6 +56,17 @@ RetirementPolicy::ConnectionFactory SelfPollFactory(
     const bool hint = credentials.kind == Credentials::Kind::kMutualTls &&
                       credentials.identity.empty();
     return std::make_unique<SelfPoll>(*std::move(connection), hint);
+  };
+}
+
+std::function<absl::Status(Duration deadline)> FreshDial(
+    std::string host, int port, const Credentials& credentials) {
+  return [target = LoopbackTarget(host, port),
+          credentials](Duration deadline) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<WorkerConnection>> fresh =
+        WorkerConnection::Open(target, credentials, {.own_connection = true});
+    if (!fresh.ok()) return fresh.status();
+    return (*fresh)->IdleTime(deadline).status();
   };
 }
 

@@ -3,6 +3,7 @@
 // that works is an end-to-end check of what clients reach.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "cfdb/worker/credentials.h"
@@ -15,6 +16,12 @@ namespace cfdb::worker {
 // mutual TLS without an identity, a handshake error says its likely cause
 // (no loopback SAN on the worker's certificate).
 RetirementPolicy::ConnectionFactory SelfPollFactory(
+    std::string host, int port, const Credentials& credentials);
+
+// FreshDial returns the retirement policy's listener check: each call dials
+// a connection of its own to LoopbackTarget(host, port) with `credentials`,
+// calls Idle within the deadline, and closes it again.
+std::function<absl::Status(Duration deadline)> FreshDial(
     std::string host, int port, const Credentials& credentials);
 
 }  // namespace cfdb::worker

@@ -1,9 +1,14 @@
-// `cfdb-worker serve`: the worker, its server and its retirement policy in
-// one process.
+// Serve (cfdb/worker/serve.h), which `cfdb-worker serve` runs: the worker,
+// its server and its retirement policy in one process.
+#include "cfdb/worker/serve.h"
+
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +35,7 @@
 #include "exec/job_guard.h"
 #include "spdlog/spdlog.h"
 
-namespace cfdb::worker::cli {
+namespace cfdb::worker {
 namespace {
 
 // After the drain, calls still open (e.g. a Stop reply on its way out) get
@@ -78,9 +83,10 @@ void WarnAboutIdentity(const ServeConfig& config) {
         "worker's credentials and signal it; set --job-user (docs/SECURITY.md)",
         geteuid());
   }
-  for (const std::string& problem : CredentialFileProblems(
-           {config.credentials.ca_file, config.credentials.cert_file,
-            config.credentials.key_file})) {
+  for (const std::string& problem :
+       CredentialFileProblems({{config.credentials.ca_file},
+                               {config.credentials.cert_file},
+                               {config.credentials.key_file, true}})) {
     spdlog::warn("credential file: {}", problem);
   }
 }
@@ -131,10 +137,13 @@ std::unique_ptr<ScaleInProtection> StartScaleInProtection(
     return nullptr;
   }
   auto protection = std::make_unique<ScaleInProtection>(
-      scale_in.expires, CurlAgentClient(scale_in.agent_uri, kAgentCallTimeout));
+      scale_in.expires, scale_in.hold,
+      CurlAgentClient(scale_in.agent_uri, kAgentCallTimeout));
   spdlog::info(
-      "scale-in protection: on; enabled while a job is in flight, for {} min "
-      "at a time, renewed at half of that",
+      "scale-in protection: on; enabled while a job is in flight and for "
+      "{:.1f} "
+      "s after the last, for {} min at a time, renewed at half of that",
+      ToSeconds(scale_in.hold),
       std::chrono::duration_cast<std::chrono::minutes>(scale_in.expires)
           .count());
   return protection;
@@ -163,6 +172,30 @@ std::unique_ptr<MetricsReporter> StartMetrics(const ServeConfig& config,
       &WriteJsonLogLine);
 }
 
+// CanOpenDescriptor says whether this process can open a descriptor now: a
+// listener check that was not answered counts only then.
+bool CanOpenDescriptor() {
+  const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+// AcceptFailureWatch has the policy check its listener at once whenever
+// gRPC says it could not accept a connection, for as long as it lives.
+class AcceptFailureWatch {
+ public:
+  AcceptFailureWatch(RetirementPolicy& policy, Shutdown& shutdown) {
+    OnGrpcAcceptFailure([&policy, &shutdown] {
+      policy.CheckListenerSoon();
+      shutdown.Wake();
+    });
+  }
+  ~AcceptFailureWatch() { OnGrpcAcceptFailure(nullptr); }
+  AcceptFailureWatch(const AcceptFailureWatch&) = delete;
+  AcceptFailureWatch& operator=(const AcceptFailureWatch&) = delete;
+};
+
 // The process made ready to be a worker, before any thread starts.
 struct Process {
   // The descriptor limit jobs get back (ExecOptions::nofile).
@@ -172,11 +205,17 @@ struct Process {
   std::unique_ptr<Containment> containment;
 };
 
+// Failure logs `line` as an error and returns it with `code`, for Serve's
+// callers (serve.h says which code means what).
+absl::Status Failure(absl::StatusCode code, const std::string& line) {
+  spdlog::error("{}", line);
+  return absl::Status(code, line);
+}
+
 // PrepareProcess does what must be done while this is the only thread: the
 // job guard is forked, privileges dropped, the stop signals blocked (so
-// every later thread inherits them blocked). Returns the exit code on a
-// failure it has logged, nullopt when the process is ready.
-std::optional<int> PrepareProcess(const ServeConfig& config, Process& process) {
+// every later thread inherits them blocked). Logs what fails.
+absl::Status PrepareProcess(const ServeConfig& config, Process& process) {
   // A write to a job's closed stdin must not kill the worker.
   std::signal(SIGPIPE, SIG_IGN);
   process.nofile = RaiseDescriptorLimit();
@@ -194,8 +233,8 @@ std::optional<int> PrepareProcess(const ServeConfig& config, Process& process) {
   absl::StatusOr<std::unique_ptr<Containment>> containment =
       Containment::Start(config.containment);
   if (!containment.ok()) {
-    spdlog::error("{}", containment.status().ToString());
-    return kExitRuntimeFailure;
+    return Failure(absl::StatusCode::kFailedPrecondition,
+                   containment.status().ToString());
   }
   process.containment = *std::move(containment);
   if (process.guard != nullptr)
@@ -204,67 +243,68 @@ std::optional<int> PrepareProcess(const ServeConfig& config, Process& process) {
     if (absl::Status s = process.containment->Delegate(config.worker_user->uid,
                                                        config.worker_user->gid);
         !s.ok()) {
-      spdlog::error("{}", s.ToString());
-      return kExitRuntimeFailure;
+      return Failure(absl::StatusCode::kFailedPrecondition, s.ToString());
     }
   }
   // The daemon keeps only what it needs.
   if (absl::Status s =
           BecomeWorker(config.worker_user, config.job_user.has_value());
       !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    return kExitUsage;
+    return Failure(absl::StatusCode::kPermissionDenied,
+                   std::string(s.message()));
   }
   WarnAboutIdentity(config);
   if (absl::Status s = BlockStopSignals(); !s.ok()) {
-    spdlog::error("cannot block signals: {}", s.ToString());
-    return kExitRuntimeFailure;
+    return Failure(absl::StatusCode::kFailedPrecondition,
+                   absl::StrCat("cannot block signals: ", s.ToString()));
   }
-  return std::nullopt;
+  return absl::OkStatus();
 }
 
 // StartCredentialMirror starts, for mutual TLS, the private copy of the TLS
 // files the server and the self-poll use: it only changes to a consistent
-// set, and holds PEMs given in variables in files only this user may read.
-// Null without TLS.
+// set that the self-poll can succeed with, and lives in memory only, so no
+// copy of the key outlives the process. Null without TLS.
 absl::StatusOr<std::unique_ptr<CredentialMirror>> StartCredentialMirror(
     const ServeConfig& config) {
   if (config.credentials.kind != Credentials::Kind::kMutualTls) return nullptr;
   absl::StatusOr<std::unique_ptr<CredentialMirror>> mirror =
-      CredentialMirror::Start(config.tls);
+      CredentialMirror::Start(config.tls, config.self_poll);
   if (!mirror.ok()) return mirror.status();
   (*mirror)->Watch();
+  const Credentials& served = (*mirror)->credentials();
   spdlog::info(
-      "TLS: serving a checked private copy of the files, in {}; the files are "
-      "re-read every {} s",
-      (*mirror)->directory(), ToSeconds(config.tls.refresh_interval));
+      "TLS: serving a checked private copy of the files, in memory only ({} "
+      "and {} of pid {}); the files are re-read every {} s",
+      served.ca_file, served.key_file, getpid(),
+      ToSeconds(config.tls.refresh_interval));
   return mirror;
 }
 
 // LogListening says where the worker listens, and warns of who may call it.
 void LogListening(const ServeConfig& config, const Credentials& credentials,
-                  int port) {
+                  int port, bool exec_kind) {
   const std::string address = JoinHostPort(config.host, port);
   if (credentials.kind == Credentials::Kind::kInsecure) {
-    spdlog::warn(
-        "serving without TLS: any client that can reach {} may run "
-        "programs here",
-        address);
+    spdlog::warn("serving without TLS: any client that can reach {} may run {}",
+                 address, exec_kind ? "programs here" : "jobs here");
   } else if (config.admit.empty()) {
     spdlog::warn(
         "no admission lists: every certificate the CA signed may call every "
         "method, Dispatch and Stop included; set --tls-admit-control and "
         "--tls-admit-observe (docs/SECURITY.md)");
   }
-  LogEvent(
-      spdlog::level::info,
-      absl::StrCat("listening on ", address, " (pid ", getpid(), ")"),
-      {{"address", address},
-       {"pid", static_cast<int64_t>(getpid())},
-       {"tls", credentials.kind == Credentials::Kind::kMutualTls},
-       {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
-       {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
-       {"max_lifetime_seconds", ToSeconds(config.retirement.max_lifetime)}});
+  LogEvent(spdlog::level::info,
+           absl::StrCat("listening on ", address, " (pid ", getpid(), ")"),
+           {{"address", address},
+            {"pid", static_cast<int64_t>(getpid())},
+            {"tls", credentials.kind == Credentials::Kind::kMutualTls},
+            {"max_concurrent_tasks", config.worker.max_concurrent_tasks},
+            {"idle_timeout_seconds", ToSeconds(config.retirement.idle_timeout)},
+            {"max_lifetime_configured_seconds",
+             ToSeconds(config.retirement.max_lifetime)},
+            {"listener_check_interval_seconds",
+             ToSeconds(config.retirement.listener_check_interval)}});
   if (!config.unix_socket.empty()) {
     LogEvent(spdlog::level::info,
              absl::StrCat(
@@ -276,40 +316,78 @@ void LogListening(const ServeConfig& config, const Credentials& credentials,
 
 // BoundTheShutdown arms an alarm that ends the process, saying so, if gRPC's
 // shutdown stalls (seen when jobs had used up the process budget). It stays
-// armed to the process's end: the server's, the worker's and gRPC's own
-// teardown (grpc_shutdown) run after RunServe, on the way out.
+// armed when Serve returns: the server's and the worker's teardown run as
+// Serve returns, and gRPC's own (grpc_shutdown) on the way out.
 void BoundTheShutdown() {
   struct sigaction stalled {};
   stalled.sa_handler = [](int) {
     constexpr char kMessage[] =
         "cfdb-worker: gRPC's shutdown stalled; exiting anyway\n";
     (void)!write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
-    _exit(kExitRuntimeFailure);
+    _exit(cli::kExitRuntimeFailure);
   };
   sigaction(SIGALRM, &stalled, nullptr);
   alarm(static_cast<unsigned>(kServerShutdownDeadline.count()) +
         kShutdownStallSeconds);
 }
 
-}  // namespace
+// ThreadCount returns how many threads this process has (0 when
+// /proc/self/task cannot be read).
+int ThreadCount() {
+  std::error_code error;
+  int threads = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/task", error), end;
+       !error && it != end; it.increment(error)) {
+    ++threads;
+  }
+  return threads;
+}
 
-int RunServe(const ServeConfig& config) {
+// ResolveOptions checks `options.flags` against serve's knobs and resolves
+// the configuration (ResolveServeConfig), then wipes the PEM variables of
+// this process's environment; INVALID_ARGUMENT naming what is wrong.
+absl::StatusOr<ServeConfig> ResolveOptions(const ServeOptions& options) {
+  std::vector<std::string> flags;
+  for (const Knob* knob : ServeKnobs()) flags.emplace_back(knob->flag);
+  for (const auto& [flag, value] : options.flags) {
+    if (std::find(flags.begin(), flags.end(), flag) == flags.end()) {
+      const std::optional<std::string> near = ClosestName(flag, flags);
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": not a flag of serve",
+          near ? absl::StrCat("; did you mean ", *near, "?") : ""));
+    }
+  }
+  const EnvLookup env =
+      options.environment ? options.environment : ProcessEnv();
+  absl::StatusOr<ServeConfig> config = ResolveServeConfig(options.flags, env);
+  if (!options.environment) {
+    WipeVariables(SecretVariables(options.flags, env));
+  }
+  return config;
+}
+
+// ServeWorker runs a resolved configuration to the worker's retirement,
+// with logging set up (Serve, in serve.h, says what it returns).
+absl::Status ServeWorker(
+    const ServeConfig& config, bool exec_kind,
+    const std::function<absl::Status(Worker&)>& register_kinds) {
   const TimePoint process_start = std::chrono::steady_clock::now();
   Process process;
-  if (std::optional<int> failed = PrepareProcess(config, process)) {
-    return *failed;
-  }
+  if (absl::Status s = PrepareProcess(config, process); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<CredentialMirror>> mirror =
       StartCredentialMirror(config);
   if (!mirror.ok()) {
-    spdlog::error("{}", mirror.status().ToString());
-    return kExitRuntimeFailure;
+    return Failure(absl::StatusCode::kFailedPrecondition,
+                   mirror.status().ToString());
   }
   const Credentials credentials =
       *mirror != nullptr ? (*mirror)->credentials() : config.credentials;
   spdlog::info("{}", process.containment->Describe());
   // Declared before the worker, whose docket tells it of edges until the
-  // worker is gone.
+  // worker is gone. It lives until Serve returns, so a retirement drain
+  // (a busy docket) stays protected; then it is left to expire, not
+  // released: a task whose process exits stops, protected or not
+  // (docs/DEPLOY.md).
   std::unique_ptr<ScaleInProtection> protection =
       StartScaleInProtection(config.scale_in);
   // `shutdown` is declared after the worker so its signal thread, which
@@ -326,15 +404,24 @@ int RunServe(const ServeConfig& config) {
         OnSignal(worker, grace, signo, count);
       });
   if (!listening.ok()) {
-    spdlog::error("cannot listen for signals: {}", listening.ToString());
-    return kExitRuntimeFailure;
+    return Failure(
+        absl::StatusCode::kFailedPrecondition,
+        absl::StrCat("cannot listen for signals: ", listening.ToString()));
   }
   process.containment->StartSweeping();
   const MemoryTrimmer trimmer;
-  ExecOptions exec = config.exec;
-  exec.containment = process.containment.get();
-  exec.nofile = process.nofile;
-  (void)worker.RegisterKind(kExecKind, ExecKind(exec));
+  if (exec_kind) {
+    ExecOptions exec = config.exec;
+    exec.containment = process.containment.get();
+    exec.nofile = process.nofile;
+    (void)worker.RegisterKind(kExecKind, ExecKind(exec));
+  }
+  if (register_kinds) {
+    if (absl::Status s = register_kinds(worker); !s.ok()) {
+      spdlog::error("registering job kinds: {}", s.ToString());
+      return s;
+    }
+  }
   absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
       worker, ServerOptions{
                   .address = JoinHostPort(config.host, config.port),
@@ -345,21 +432,30 @@ int RunServe(const ServeConfig& config) {
                   .wool_compat = config.wool_compat,
               });
   if (!server.ok()) {
-    spdlog::error("{}", std::string(server.status().message()));
-    return kExitRuntimeFailure;
+    return Failure(absl::StatusCode::kFailedPrecondition,
+                   std::string(server.status().message()));
   }
   const int port = (*server)->port();
-  LogListening(config, credentials, port);
+  LogListening(config, credentials, port, exec_kind);
 
-  RetirementPolicy policy(config.retirement, SteadyClock::Get(),
-                          shutdown.watcher(),
-                          SelfPollFactory(config.host, port, credentials),
-                          [&worker](StopRequest request) {
-                            worker.RequestStop(std::move(request));
-                          });
+  RetirementPolicy policy(
+      config.retirement, SteadyClock::Get(), shutdown.watcher(),
+      {.connect = SelfPollFactory(config.host, port, credentials),
+       .dial_fresh = FreshDial(config.host, port, credentials),
+       .can_open_descriptor = &CanOpenDescriptor,
+       .stop =
+           [&worker](StopRequest request) {
+             worker.RequestStop(std::move(request));
+           },
+       .stop_if_idle =
+           [&worker](StopRequest request, Duration idle_for) {
+             return worker.RequestStopIfIdle(std::move(request), idle_for);
+           },
+       .stop_state = [&worker] { return worker.stop_state(); }});
+  const AcceptFailureWatch accept_failures(policy, shutdown);
   std::unique_ptr<MetricsReporter> metrics =
       StartMetrics(config, worker, policy);
-  const Retirement retirement = policy.Run();
+  const Retirement retirement = policy.Run(process_start);
   LogDrain(AwaitDrain(worker, policy, retirement,
                       config.retirement.max_lifetime_grace));
   if (metrics != nullptr) {
@@ -369,10 +465,41 @@ int RunServe(const ServeConfig& config) {
   }
   BoundTheShutdown();
   (*server)->Shutdown(kServerShutdownDeadline);
+  FlushLibraryLog();
   spdlog::info("stopped");
   // Not a clean retirement: the platform should know this task failed.
-  return retirement.reason == ExitReason::kListenerLost ? kExitRuntimeFailure
-                                                        : kExitOk;
+  if (retirement.reason == ExitReason::kListenerLost) {
+    return absl::UnavailableError(
+        "the worker could no longer accept connections (listener lost)");
+  }
+  return absl::OkStatus();
 }
 
-}  // namespace cfdb::worker::cli
+}  // namespace
+
+absl::Status Serve(const ServeOptions& options,
+                   const std::function<absl::Status(Worker&)>& register_kinds) {
+  // Counted first: any thread found here was started before Serve.
+  const int threads = ThreadCount();
+  absl::StatusOr<ServeConfig> config = ResolveOptions(options);
+  if (!config.ok()) return config.status();
+  (void)SetUpLogging(config->log_level, config->log_format);
+  if (threads > 1) {
+    spdlog::warn(
+        "serving from a process with {} threads: a thread started before "
+        "Serve may take a SIGTERM and end the process without a drain "
+        "(serve.h)",
+        threads);
+  }
+  return ServeWorker(*config, options.exec_kind, register_kinds);
+}
+
+int ServeExitCode(const absl::Status& status) {
+  if (status.ok()) return cli::kExitOk;
+  if (absl::IsInvalidArgument(status) || absl::IsPermissionDenied(status)) {
+    return cli::kExitUsage;
+  }
+  return cli::kExitRuntimeFailure;
+}
+
+}  // namespace cfdb::worker

@@ -76,19 +76,22 @@ absl::StatusOr<std::unique_ptr<Containment>> Containment::Start(
     return absl::InternalError(
         absl::StrCat("prctl(PR_SET_CHILD_SUBREAPER): ", ErrnoText(errno)));
   }
-  std::string root;
-  if (mode != ContainmentMode::kSubreaper) {
-    absl::StatusOr<std::string> made = MakeJobsRoot();
-    if (made.ok()) {
-      root = *made;
-    } else if (mode == ContainmentMode::kCgroup) {
-      return made.status();
-    }
+  if (mode == ContainmentMode::kSubreaper) {
+    return std::unique_ptr<Containment>(new Containment("", "as asked"));
   }
-  return std::unique_ptr<Containment>(new Containment(root));
+  absl::StatusOr<std::string> made = MakeJobsRoot();
+  if (made.ok()) {
+    return std::unique_ptr<Containment>(new Containment(
+        *made, mode == ContainmentMode::kAuto ? "auto: cgroup v2 is writable"
+                                              : "as asked"));
+  }
+  if (mode == ContainmentMode::kCgroup) return made.status();
+  return std::unique_ptr<Containment>(new Containment(
+      "", absl::StrCat("auto: no cgroup here: ", made.status().message())));
 }
 
-Containment::Containment(std::string root) : root_(std::move(root)) {}
+Containment::Containment(std::string root, std::string why)
+    : root_(std::move(root)), why_(std::move(why)) {}
 
 Containment::~Containment() {
   stop_.Stop();
@@ -132,14 +135,15 @@ void Containment::StartSweeping(Duration interval) {
 std::string Containment::Describe() const {
   if (uses_cgroups()) {
     return absl::StrCat(
-        "job containment: a cgroup per job under ", root_,
-        ": every process a job starts ends with it, whatever it does to its "
+        "job containment: a cgroup per job under ", root_, " (", why_,
+        "): every process a job starts ends with it, whatever it does to its "
         "process group or session");
   }
-  return "job containment: subreaper (no writable cgroup v2 here): a job's "
-         "program, its process group and its descendants end with it, and "
-         "any process re-parented to the worker outside a running job's "
-         "group is killed at once";
+  return absl::StrCat(
+      "job containment: subreaper (", why_,
+      "): a job's program, its process group and its descendants end with "
+      "it, and any process re-parented to the worker outside a running "
+      "job's group is killed at once");
 }
 
 absl::StatusOr<std::string> Containment::JobCgroup() {

@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cfdb/worker/limits.h"
 #include "core/errno_text.h"
 #include "core/log.h"
 #include "core/text.h"
@@ -40,13 +41,6 @@ namespace cfdb::worker {
 
 namespace {
 
-// A chunk is what one Output message carries. Reading until the pipe is
-// empty, up to this, turns a fast writer's output into few large messages
-// instead of one per pipe-sized read.
-constexpr std::size_t kChunkBytes = 1 << 20;
-// Asked of the kernel for each output pipe (best effort; the default is
-// 64 KiB, the ceiling /proc/sys/fs/pipe-max-size, 1 MiB by default).
-constexpr int kPipeBytes = 1 << 20;
 // Without a pidfd (kernels before 5.3) the loop checks on the child this
 // often.
 constexpr auto kExitCheckInterval = std::chrono::milliseconds(50);
@@ -383,19 +377,24 @@ class UidSlot {
 };
 
 // Output is one of the program's output pipes and the chunk, if any, that
-// waits for the client to make room.
+// waits for the client to make room: read into ReadBuffer(stream), and
+// copied only once, by Emit.
 struct Output {
   OutputStream stream;
   Fd fd;
-  std::string pending;
+  std::string_view pending;
 };
 
-// ReadBuffer is the calling thread's buffer for pipe reads, kChunkBytes
-// long: made once per job thread and reused by every job it runs, never
-// zero-filled, so a job that prints little touches few of its pages.
-char* ReadBuffer() {
-  thread_local const std::unique_ptr<char[]> buffer(new char[kChunkBytes]);
-  return buffer.get();
+// ReadBuffer is the calling thread's buffer for reads of `stream`'s pipe,
+// kOutputChunkBytes long: made once per job thread and reused by every job it
+// runs, never zero-filled, so a job that prints little touches few of its
+// pages. A chunk waits for the client in it (Output::pending), so each
+// stream has its own.
+char* ReadBuffer(OutputStream stream) {
+  thread_local const std::unique_ptr<char[]> buffers[2] = {
+      std::unique_ptr<char[]>(new char[kOutputChunkBytes]),
+      std::unique_ptr<char[]>(new char[kOutputChunkBytes])};
+  return buffers[stream == OutputStream::kStdout ? 0 : 1].get();
 }
 
 // RunningProgram is one program from its start to its reaping.
@@ -421,11 +420,11 @@ class RunningProgram {
     if (stdin_) {
       SetNonBlocking(stdin_.get());
       // As large as the output pipes: fewer, larger writes of a chunk.
-      fcntl(stdin_.get(), F_SETPIPE_SZ, kPipeBytes);
+      fcntl(stdin_.get(), F_SETPIPE_SZ, kOutputPipeBytes);
     }
     for (Output& o : outputs_) {
       SetNonBlocking(o.fd.get());
-      fcntl(o.fd.get(), F_SETPIPE_SZ, kPipeBytes);
+      fcntl(o.fd.get(), F_SETPIPE_SZ, kOutputPipeBytes);
     }
   }
 
@@ -500,7 +499,7 @@ class RunningProgram {
     for (Output& o : outputs_) {
       if (o.pending.empty()) continue;
       if (cancel_reason_) {
-        o.pending.clear();
+        o.pending = {};
         continue;
       }
       switch (ctx_.Emit(o.stream, o.pending, NextTimer())) {
@@ -508,7 +507,7 @@ class RunningProgram {
           return false;
         case JobContext::EmitResult::kSent:
         case JobContext::EmitResult::kDropped:
-          o.pending.clear();
+          o.pending = {};
           break;
       }
     }
@@ -518,11 +517,12 @@ class RunningProgram {
   // ReadChunk reads what `o` holds, up to one chunk, into its pending chunk
   // (discarded once the job is cancelled). Returns false when nothing was
   // read: at EOF (the descriptor is then closed) or when nothing is ready.
+  // Called only once the last chunk was flushed, so the buffer is free.
   bool ReadChunk(Output& o) {
-    char* const buffer = ReadBuffer();
+    char* const buffer = ReadBuffer(o.stream);
     size_t got = 0;
-    while (got < kChunkBytes) {
-      const ssize_t n = read(o.fd.get(), buffer + got, kChunkBytes - got);
+    while (got < kOutputChunkBytes) {
+      const ssize_t n = read(o.fd.get(), buffer + got, kOutputChunkBytes - got);
       if (n > 0) {
         got += static_cast<size_t>(n);
         continue;
@@ -531,7 +531,7 @@ class RunningProgram {
       if (n == 0 || errno != EAGAIN) o.fd.Reset();
       break;
     }
-    if (got > 0 && !cancel_reason_) o.pending.assign(buffer, got);
+    if (got > 0 && !cancel_reason_) o.pending = std::string_view(buffer, got);
     return got > 0;
   }
 

@@ -9,7 +9,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
 #include "core/text.h"
 
 namespace cfdb::worker {
@@ -75,7 +74,7 @@ void AbuseGuard::ResetBeforeRequest(const std::string& peer) {
     window.cut = true;
   }
   const bool cut = CutConnection(peer);
-  LogEvent(spdlog::level::warn,
+  log_.Log("connection cut: rapid reset", spdlog::level::warn,
            absl::StrCat("connection from ", EscapedForLog(peer), ": more than ",
                         kMaxResetsPerWindow,
                         " calls in a second ended before their request (the "

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/clock.h"
+#include "core/log_throttle.h"
 
 namespace cfdb::worker {
 
@@ -26,9 +27,14 @@ inline constexpr Duration kResetWindow = std::chrono::seconds(1);
 // AbuseGuard is shared by every handler of one server. Thread-safe.
 class AbuseGuard {
  public:
+  // Cuts are logged through `log`, which must outlive this.
+  explicit AbuseGuard(LogThrottle& log) : log_(log) {}
+
   // ResetBeforeRequest notes a call from `peer` (gRPC's peer string, e.g.
   // "ipv4:10.0.0.5:41234", one per connection) whose stream ended before
-  // its request arrived; cuts the connection past the limit, logging once.
+  // its request arrived; cuts the connection past the limit, logging it
+  // through the throttle (one line per period for every cut connection,
+  // with a count: an attacker who reconnects cannot flood the log).
   void ResetBeforeRequest(const std::string& peer);
 
   // CutConnection shuts down the socket whose remote end is `peer`; returns
@@ -41,6 +47,7 @@ class AbuseGuard {
     int resets = 0;
     bool cut = false;
   };
+  LogThrottle& log_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);
 };

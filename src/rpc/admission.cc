@@ -4,18 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/log.h"
 #include "core/text.h"
+#include "rpc/san_match.h"
 #include "rpc/unix_socket.h"
 
 namespace cfdb::worker {
-namespace {
-
-// Each identity refused is logged at most once a minute: a client retrying
-// cannot flood the log.
-constexpr Duration kLogEvery = std::chrono::minutes(1);
-
-}  // namespace
 
 std::vector<std::string> Admission::Identities(
     const grpc::CallbackServerContext& context) {
@@ -36,7 +29,10 @@ bool Admission::Listed(const std::vector<std::string>& list,
                        const std::vector<std::string>& identities) const {
   return std::any_of(
       identities.begin(), identities.end(), [&](const std::string& identity) {
-        return std::find(list.begin(), list.end(), identity) != list.end();
+        return std::any_of(list.begin(), list.end(),
+                           [&](const std::string& entry) {
+                             return AdmissionMatches(entry, identity);
+                           });
       });
 }
 
@@ -57,21 +53,11 @@ absl::Status Admission::Admit(const grpc::CallbackServerContext& context,
                          "]");
   absl::Status denied = absl::PermissionDeniedError(absl::StrCat(
       std::string(method), ": permission denied for identity ", seen));
-  const TimePoint now = std::chrono::steady_clock::now();
-  bool log = false;
-  {
-    absl::MutexLock lock(&mu_);
-    auto [it, fresh] = last_logged_.try_emplace(seen, now);
-    if (fresh || now - it->second >= kLogEvery) {
-      it->second = now;
-      log = true;
-    }
-    if (last_logged_.size() > 1024) last_logged_.clear();  // bounded
-  }
-  if (log) {
-    LogEvent(spdlog::level::warn, std::string(denied.message()),
-             {{"method", method}, {"identity", seen}});
-  }
+  // Each identity refused is a kind of its own: a client retrying cannot
+  // flood the log, nor hide another identity's denials.
+  log_.Log(absl::StrCat("denied ", seen), spdlog::level::warn,
+           std::string(denied.message()),
+           {{"method", method}, {"identity", seen}});
   return denied;
 }
 

@@ -5,11 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
-#include "cfdb/worker/clock.h"
 #include "cfdb/worker/server.h"
+#include "core/log_throttle.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cfdb::worker {
@@ -22,14 +20,17 @@ enum class MethodGroup { kControl, kObserve };
 // Thread-safe.
 class Admission {
  public:
-  explicit Admission(AdmissionLists lists) : lists_(std::move(lists)) {}
+  // Denied calls are logged through `log`, which must outlive this.
+  Admission(AdmissionLists lists, LogThrottle& log)
+      : lists_(std::move(lists)), log_(log) {}
 
   // Admit returns OK when the call's peer may call `method` of `group`:
   // with no list configured, everyone may; else a peer whose certificate
-  // has a SAN (DNS name or URI) in the control list may call anything, one
-  // in the observe list the observe methods only. PERMISSION_DENIED
+  // has a SAN (DNS name or URI) that an entry of the control list admits
+  // (AdmissionMatches: "*.rest" covers one label) may call anything, one
+  // of the observe list the observe methods only. PERMISSION_DENIED
   // otherwise, naming the method and the identities seen (never the lists);
-  // logged once per identity per minute.
+  // logged through the throttle, one line per identity per period.
   absl::Status Admit(const grpc::CallbackServerContext& context,
                      MethodGroup group, std::string_view method);
 
@@ -43,8 +44,7 @@ class Admission {
               const std::vector<std::string>& identities) const;
 
   const AdmissionLists lists_;
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, TimePoint> last_logged_ ABSL_GUARDED_BY(mu_);
+  LogThrottle& log_;
 };
 
 }  // namespace cfdb::worker

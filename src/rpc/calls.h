@@ -12,12 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/clock.h"
+#include "core/log_throttle.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "rpc/abuse_guard.h"
 #include "rpc/admission.h"
+#include "rpc/methods.h"
 
 namespace cfdb::worker {
 
@@ -53,10 +55,6 @@ class CallTracker {
   CondVar none_left_;
 };
 
-// Parse reads a request of type T from `bytes`; INVALID_ARGUMENT when they
-// are not one (malformed, or a string field that is not UTF-8), CANCELLED
-// when no request arrived at all (the stream ended first: gRPC still runs
-// the handler of a raw method).
 // ParseInto parses `bytes` into `message`, reusing what it holds; false
 // when they are not one (or there are none).
 inline bool ParseInto(const grpc::ByteBuffer& bytes,
@@ -67,6 +65,10 @@ inline bool ParseInto(const grpc::ByteBuffer& bytes,
   return reader.status().ok() && message.ParseFromZeroCopyStream(&reader);
 }
 
+// Parse reads a request of type T from `bytes`; INVALID_ARGUMENT when they
+// are not one (malformed, or a string field that is not UTF-8), CANCELLED
+// when no request arrived at all (the stream ended first: gRPC still runs
+// the handler of a raw method).
 template <typename T>
 absl::StatusOr<T> Parse(const grpc::ByteBuffer& bytes) {
   if (!bytes.Valid()) {
@@ -105,25 +107,47 @@ grpc::ServerWriteReactor<T>* FinishedWriter(const grpc::Status& status) {
 // Gate is every handler's first step: a call whose request never arrived
 // is counted against its connection (AbuseGuard) and goes no further; then
 // the caller must be admitted (Admission); then the request must parse.
+// `log` is the server's throttle of the lines a client can cause.
 struct Gate {
   Admission& admission;
   AbuseGuard& guard;
+  LogThrottle& log;
 
+  // Open returns the request of a call of `method` (methods.h), or why the
+  // call goes no further: CANCELLED (no request came), PERMISSION_DENIED,
+  // INVALID_ARGUMENT (it does not parse).
   template <typename T>
   absl::StatusOr<T> Open(const grpc::CallbackServerContext& context,
-                         const grpc::ByteBuffer& bytes, MethodGroup group,
-                         std::string_view method) {
+                         const grpc::ByteBuffer& bytes, const Method& method) {
     absl::StatusOr<T> request = Parse<T>(bytes);
     if (absl::IsCancelled(request.status())) {
       guard.ResetBeforeRequest(context.peer());
       return request;
     }
-    if (absl::Status s = admission.Admit(context, group, method); !s.ok()) {
+    if (absl::Status s = admission.Admit(context, method.group, method.name);
+        !s.ok()) {
       return s;
     }
     return request;
   }
 };
+
+// LogRefused logs a call of `method` refused for its request (`what` names
+// it: "stop rpc", "job <escaped id>"), through the throttle: one line per
+// method and status code per period, with a count, as refusals come in
+// floods from retrying clients or hostile ones. A call whose client left
+// before its request arrived is not a refusal worth a line.
+inline void LogRefused(LogThrottle& log, std::string_view method,
+                       std::string_view what, const absl::Status& status,
+                       std::vector<LogField> fields = {}) {
+  if (absl::IsCancelled(status)) return;
+  const std::string code = absl::StatusCodeToString(status.code());
+  fields.emplace_back("grpc_code", code);
+  log.Log(absl::StrCat(std::string(method), " refused ", code),
+          spdlog::level::info,
+          absl::StrCat(std::string(what), ": refused: ", status.ToString()),
+          std::move(fields));
+}
 
 // Serialize writes `message` into `bytes`, replacing what it held.
 inline void Serialize(const google::protobuf::Message& message,

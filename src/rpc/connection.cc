@@ -39,12 +39,32 @@ class ChannelPool {
     if (std::shared_ptr<grpc::Channel> channel = channels_[key].lock()) {
       return channel;
     }
-    // Entries of channels no connection holds any more go, so a client of
-    // many workers (a fleet reaper) keeps only what it uses.
-    absl::erase_if(channels_,
-                   [](const auto& entry) { return entry.second.expired(); });
-    std::shared_ptr<grpc::Channel> channel =
-        NewChannel(target, credentials, /*own_connection=*/false);
+    // Entries no connection holds any more go, so a client of many workers
+    // (a fleet reaper) keeps only what it uses.
+    auto expired = [](const auto& entry) { return entry.second.expired(); };
+    absl::erase_if(channels_, expired);
+    absl::erase_if(channel_credentials_, expired);
+    // One set of channel credentials per set of files while any connection
+    // uses it: a client of many workers (a fleet reaper) then reads and
+    // watches the files once, not once per worker with a watcher thread
+    // each. It goes with the last connection (a watcher left running would
+    // outlive gRPC at exit).
+    std::weak_ptr<grpc::ChannelCredentials>& entry =
+        channel_credentials_[credentials.Key()];
+    std::shared_ptr<grpc::ChannelCredentials> shared = entry.lock();
+    if (shared == nullptr) {
+      shared = wire::ChannelCredentials(credentials);
+      entry = shared;
+    }
+    // The channel as connections hold it: with the credentials.
+    struct Held {
+      std::shared_ptr<grpc::ChannelCredentials> credentials;
+      std::shared_ptr<grpc::Channel> channel;  // released first
+    };
+    auto held = std::make_shared<Held>(Held{
+        shared,
+        NewChannel(target, credentials, shared, /*own_connection=*/false)});
+    std::shared_ptr<grpc::Channel> channel(held, held->channel.get());
     channels_[key] = channel;
     return channel;
   }
@@ -53,18 +73,20 @@ class ChannelPool {
   // connection with any other (a subchannel pool of its own).
   static std::shared_ptr<grpc::Channel> NewChannel(
       const std::string& target, const Credentials& credentials,
+      const std::shared_ptr<grpc::ChannelCredentials>& channel_credentials,
       bool own_connection) {
     grpc::ChannelArguments args;
     wire::SetChannelArguments(credentials, args);
     if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(
-        target, wire::ChannelCredentials(credentials), args);
+    return grpc::CreateCustomChannel(target, channel_credentials, args);
   }
 
  private:
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::weak_ptr<grpc::Channel>> channels_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::weak_ptr<grpc::ChannelCredentials>>
+      channel_credentials_ ABSL_GUARDED_BY(mu_);
 };
 
 void SetTimeout(grpc::ClientContext& context, Duration timeout) {
@@ -88,11 +110,10 @@ absl::Status CheckTimeout(Duration timeout, std::string_view what) {
 // for good, rather than letting gRPC answer RESOURCE_EXHAUSTED, which reads
 // like "retry later".
 absl::Status CheckRequestSize(const v1::DispatchRequest& message) {
-  if (const size_t bytes = message.ByteSizeLong();
-      bytes > wire::kMaxMessageBytes) {
+  if (const size_t bytes = message.ByteSizeLong(); bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the request is ", bytes, " bytes, more than the limit of ",
-        wire::kMaxMessageBytes,
+        kMaxMessageBytes,
         " bytes (stdin in the request counts; stream it instead)"));
   }
   return absl::OkStatus();
@@ -161,7 +182,9 @@ absl::StatusOr<std::unique_ptr<WorkerConnection>> WorkerConnection::Open(
   if (IsUnixTarget(target)) credentials = Credentials::Insecure();
   auto impl = std::make_unique<Impl>(
       options.own_connection
-          ? ChannelPool::NewChannel(target, credentials, true)
+          ? ChannelPool::NewChannel(target, credentials,
+                                    wire::ChannelCredentials(credentials),
+                                    /*own_connection=*/true)
           : ChannelPool::Get().Acquire(target, credentials));
   return std::unique_ptr<WorkerConnection>(new WorkerConnection(
       std::move(target), std::move(credentials), std::move(impl)));
@@ -186,13 +209,17 @@ absl::StatusOr<double> WorkerConnection::IdleTime(Duration timeout) {
   return reply.seconds();
 }
 
-absl::StatusOr<StopSummary> WorkerConnection::Stop(Duration grace,
-                                                   Duration timeout) {
+absl::StatusOr<StopSummary> WorkerConnection::Stop(
+    Duration grace, Duration timeout, std::optional<Duration> if_idle_for) {
   grpc::ClientContext context;
   auto stubs = impl_->Begin(timeout, "stop", context);
   if (!stubs.ok()) return stubs.status();
   v1::StopRequest request;
   request.set_grace_seconds(grace < Duration::zero() ? -1 : ToSeconds(grace));
+  if (if_idle_for) {
+    request.set_if_idle_for_seconds(
+        ToSeconds(std::max(*if_idle_for, Duration::zero())));
+  }
   v1::StopReply reply;
   grpc::Status status = (*stubs)->worker->Stop(&context, request, &reply);
   if (!status.ok()) return wire::FromGrpc(status);
@@ -220,6 +247,17 @@ EventsRead ReadEvents(Stream& stream, const DispatchCallbacks& callbacks,
       read.accepted = true;
       if (on_accepted) on_accepted();
       if (callbacks.on_accepted) callbacks.on_accepted();
+    } else if (event.has_attached()) {
+      // The job exists already: it takes no input from this call.
+      read.accepted = true;
+      if (on_input_closed) on_input_closed();
+      if (callbacks.on_attached) {
+        const v1::Attached& a = event.attached();
+        callbacks.on_attached(JobJournal::Attachment{
+            .from = {a.stdout_offset(), a.stderr_offset()},
+            .lost = {a.stdout_lost_bytes(), a.stderr_lost_bytes()},
+            .ended = a.ended()});
+      }
     } else if (event.has_output()) {
       if (callbacks.on_output) {
         callbacks.on_output(event.output().stream() == v1::Output::STDERR
@@ -230,7 +268,7 @@ EventsRead ReadEvents(Stream& stream, const DispatchCallbacks& callbacks,
     } else if (event.has_input_closed()) {
       if (on_input_closed) on_input_closed();
     } else if (!read.outcome) {
-      read.outcome = wire::OutcomeFromEvent(event);
+      read.outcome = wire::OutcomeOf(event);
     }
   }
   return read;
@@ -293,8 +331,7 @@ class StdinPump {
  private:
   void Run() {
     v1::DispatchInput message;
-    std::unique_ptr<char[]> buffer(
-        new char[WorkerConnection::kStdinChunkBytes]);
+    std::unique_ptr<char[]> buffer(new char[kStdinChunkBytes]);
     for (;;) {
       pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
       if (poll(fds, 2, -1) < 0) {
@@ -322,9 +359,8 @@ class StdinPump {
   // Sets `end` at the end of input; a read error fails the pump.
   size_t Fill(char* buffer, bool& end) {
     size_t got = 0;
-    while (got < WorkerConnection::kStdinChunkBytes) {
-      const ssize_t n =
-          read(fd_, buffer + got, WorkerConnection::kStdinChunkBytes - got);
+    while (got < kStdinChunkBytes) {
+      const ssize_t n = read(fd_, buffer + got, kStdinChunkBytes - got);
       if (n > 0) {
         got += static_cast<size_t>(n);
         pollfd more{fd_, POLLIN, 0};
@@ -394,6 +430,73 @@ absl::StatusOr<JobOutcome> WorkerConnection::DispatchStream(
   pump.Stop();
   pump.Join();
   return Conclude(read, stream->Finish(), pump.error());
+}
+
+absl::StatusOr<JobOutcome> WorkerConnection::Attach(
+    const std::string& job_id, StreamOffsets from,
+    const DispatchCallbacks& callbacks, std::optional<Duration> timeout) {
+  grpc::ClientContext context;
+  auto stubs = impl_->Begin(timeout, "attach", context);
+  if (!stubs.ok()) return stubs.status();
+  v1::AttachRequest request;
+  request.set_job_id(job_id);
+  request.set_stdout_offset(from.stdout_bytes);
+  request.set_stderr_offset(from.stderr_bytes);
+  std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
+      (*stubs)->worker->Attach(&context, request);
+  const EventsRead read = ReadEvents(*reader, callbacks);
+  return Conclude(read, reader->Finish());
+}
+
+absl::StatusOr<std::vector<JobInfo>> WorkerConnection::ListJobs(
+    Duration timeout) {
+  grpc::ClientContext context;
+  auto stubs = impl_->Begin(timeout, "jobs", context);
+  if (!stubs.ok()) return stubs.status();
+  v1::ListJobsReply reply;
+  grpc::Status status =
+      (*stubs)->worker->ListJobs(&context, v1::ListJobsRequest(), &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  std::vector<JobInfo> jobs;
+  jobs.reserve(static_cast<size_t>(reply.jobs_size()));
+  for (const v1::JobInfo& from : reply.jobs()) {
+    JobInfo& job = jobs.emplace_back();
+    job.job_id = from.job_id();
+    job.kind = from.kind();
+    job.client = from.client();
+    job.program = from.program();
+    job.running = from.state() == v1::JobInfo::RUNNING;
+    job.attached = from.attached();
+    job.started = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            Seconds(from.started_unix_seconds())));
+    job.running_for = ToDuration(Seconds(from.running_seconds()));
+    job.retained_bytes = from.retained_bytes();
+    job.dropped_bytes = from.dropped_bytes();
+    job.written = {from.stdout_bytes(), from.stderr_bytes()};
+    job.detach_grace = GraceFromSeconds(from.detach_grace_seconds());
+    job.outcome = wire::OutcomeOf(from);
+  }
+  return jobs;
+}
+
+absl::StatusOr<JobOutcome> WorkerConnection::Cancel(const std::string& job_id,
+                                                    Duration grace,
+                                                    Duration timeout) {
+  grpc::ClientContext context;
+  auto stubs = impl_->Begin(timeout, "cancel", context);
+  if (!stubs.ok()) return stubs.status();
+  v1::CancelRequest request;
+  request.set_job_id(job_id);
+  request.set_grace_seconds(ToSeconds(std::max(grace, Duration::zero())));
+  v1::CancelReply reply;
+  grpc::Status status = (*stubs)->worker->Cancel(&context, request, &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  std::optional<JobOutcome> outcome = wire::OutcomeOf(reply);
+  if (!outcome) {
+    return absl::DataLossError("the worker's Cancel reply has no outcome");
+  }
+  return *outcome;
 }
 
 absl::StatusOr<WorkerConnection::ServingStatus> WorkerConnection::Health(

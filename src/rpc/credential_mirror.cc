@@ -1,12 +1,13 @@
-// CredentialMirror: a private copy of the TLS files that only ever changes
-// to a consistent set (credentials.h says why).
+// CredentialMirror: a private copy of the TLS files, in memory only, that
+// only ever changes to a consistent set (credentials.h says why).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdlib>
-#include <filesystem>
+#include <ctime>
 #include <optional>
 #include <thread>
 
@@ -26,80 +27,97 @@ namespace {
 // sets, so a short interval costs nothing and rotation is seen at once.
 constexpr unsigned kGrpcRefreshSeconds = 1;
 
-absl::Status WriteFile(const std::string& path, const std::string& text,
-                       time_t mtime) {
-  const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  bool ok = fd >= 0 && write(fd, text.data(), text.size()) ==
-                           static_cast<ssize_t>(text.size());
+// MemoryFile returns a new memory-backed file (memfd, close-on-exec)
+// holding `text`, modified at `mtime` and sealed against any change.
+absl::StatusOr<int> MemoryFile(const char* name, const std::string& text,
+                               time_t mtime) {
+  const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("memfd_create: ", ErrnoText(errno)));
+  }
+  bool ok =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   // gRPC compares modification times (in seconds) before and after reading
   // the key and the certificate: each set's are later than the last's, so a
   // read that straddles a swap is retried.
   const timespec times[2] = {{mtime, 0}, {mtime, 0}};
-  ok = ok && futimens(fd, times) == 0;
-  const std::string why = ErrnoText(errno);
-  if (fd >= 0) close(fd);
-  if (!ok)
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", why));
-  return absl::OkStatus();
+  ok = ok && futimens(fd, times) == 0 &&
+       fcntl(fd, F_ADD_SEALS,
+             F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) == 0;
+  if (!ok) {
+    const std::string why = ErrnoText(errno);
+    close(fd);
+    return absl::InternalError(absl::StrCat("cannot fill a memfd: ", why));
+  }
+  return fd;
 }
+
+// Joined is `a` then `b`, on a line of its own.
+std::string Joined(const std::string& a, const std::string& b) {
+  return a.empty() || a.back() == '\n' ? a + b : absl::StrCat(a, "\n", b);
+}
+
+std::string FdPath(int fd) { return absl::StrCat("/proc/self/fd/", fd); }
 
 }  // namespace
 
 class CredentialMirror::Impl {
  public:
-  Impl(TlsSettings settings, std::string directory)
-      : settings_(std::move(settings)), directory_(std::move(directory)) {}
+  Impl(TlsSettings settings, SelfPollCheck self)
+      : settings_(std::move(settings)), self_(std::move(self)) {}
 
   ~Impl() {
     stop_.Stop();
     if (thread_.joinable()) thread_.join();
-    std::error_code ignored;
-    std::filesystem::remove_all(directory_, ignored);
+    for (const int fd : {ca_fd_, pair_fd_}) {
+      if (fd >= 0) close(fd);
+    }
   }
 
-  // Install writes `pems` as the next set and makes it current.
+  // Install makes `pems` the current set: two new memory files (the CA;
+  // the key followed by the certificate chain, so that gRPC, reading the
+  // key and the certificate from one file, never sees them out of step),
+  // put in place of the current ones with dup3(2), which swaps what a
+  // descriptor number refers to in one step.
   absl::Status Install(const PemSet& pems) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const int generation = generation_ + 1;
-    const std::string dir = absl::StrCat(directory_, "/set-", generation);
-    if (mkdir(dir.c_str(), 0700) != 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot make ", dir, ": ", ErrnoText(errno)));
-    }
     mtime_ = std::max(mtime_ + 1, time(nullptr));
-    for (const auto& [name, text] : {std::pair{"ca.pem", &pems.ca},
-                                     {"cert.pem", &pems.cert},
-                                     {"key.pem", &pems.key}}) {
-      if (absl::Status s =
-              WriteFile(absl::StrCat(dir, "/", name), *text, mtime_);
-          !s.ok()) {
-        return s;
+    absl::StatusOr<int> ca = MemoryFile("cfdb-worker-tls-ca", pems.ca, mtime_);
+    if (!ca.ok()) return ca.status();
+    absl::StatusOr<int> pair = MemoryFile("cfdb-worker-tls-key-and-cert",
+                                          Joined(pems.key, pems.cert), mtime_);
+    if (!pair.ok()) {
+      close(*ca);
+      return pair.status();
+    }
+    absl::Status swapped;
+    for (const auto& [fresh, current] :
+         {std::pair{*ca, &ca_fd_}, std::pair{*pair, &pair_fd_}}) {
+      if (*current < 0) {
+        *current = fresh;  // the first set: its numbers stay for good
+        continue;
       }
+      if (swapped.ok() && dup3(fresh, *current, O_CLOEXEC) < 0) {
+        swapped = absl::InternalError(
+            absl::StrCat("cannot swap in a new set: dup3: ", ErrnoText(errno)));
+      }
+      close(fresh);
     }
-    const std::string link = absl::StrCat(directory_, "/current");
-    const std::string staged = absl::StrCat(link, ".new");
-    unlink(staged.c_str());
-    if (symlink(absl::StrCat("set-", generation).c_str(), staged.c_str()) !=
-            0 ||
-        rename(staged.c_str(), link.c_str()) != 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot make ", link, " current: ", ErrnoText(errno)));
-    }
-    // The set before the last goes; the last may still be being read.
-    std::error_code ignored;
-    std::filesystem::remove_all(
-        absl::StrCat(directory_, "/set-", generation - 1), ignored);
-    generation_ = generation;
-    current_ = pems;
-    return absl::OkStatus();
+    // A failed swap (never seen) leaves the set as it was, or the CA alone
+    // new, which gRPC reads apart from the pair anyway.
+    if (swapped.ok()) current_ = pems;
+    return swapped;
   }
+
+  int ca_fd() const { return ca_fd_; }
+  int pair_fd() const { return pair_fd_; }
 
   absl::StatusOr<bool> Refresh() {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<PemSet> pems = ReadPemSet(settings_);
     if (pems.ok() && *pems == current_) return false;
     absl::Status problem =
-        pems.ok() ? CheckPemSet(settings_, *pems) : pems.status();
+        pems.ok() ? CheckServingSet(settings_, *pems, self_) : pems.status();
     if (problem.ok()) problem = Install(*pems);
     if (!problem.ok()) {
       return absl::Status(problem.code(),
@@ -110,10 +128,10 @@ class CredentialMirror::Impl {
 
   void Watch() {
     thread_ = std::thread([this, watcher = stop_.watcher()] {
-      std::string last_problem;
+      Problems problems;
       while (watcher.WaitUntil(SteadyClock::Get().Now() +
                                settings_.refresh_interval)) {
-        Report(Refresh(), last_problem);
+        Report(Refresh(), problems);
       }
     });
   }
@@ -135,38 +153,53 @@ class CredentialMirror::Impl {
     if (pems->key != current_.key) changed.push_back(settings_.key.source);
     return absl::StrCat(
         "; changed since the last good set: ", absl::StrJoin(changed, ", "),
-        "; serving the last good set until the files match");
+        "; serving the last good set until a good one comes");
   }
 
-  static void Report(const absl::StatusOr<bool>& changed,
-                     std::string& last_problem) {
+  // Problems is what Report has seen of a run of bad reads.
+  struct Problems {
+    std::string seen;      // at the last read
+    std::string reported;  // logged already
+  };
+
+  // Report logs a new set (info), and a problem once two reads in a row
+  // found it (one ERROR until it changes): files replaced one by one are
+  // out of step for a moment, which is no fault.
+  static void Report(const absl::StatusOr<bool>& changed, Problems& problems) {
     if (changed.ok()) {
       if (*changed) {
         LogEvent(spdlog::level::info, "TLS credentials: a new set is current",
                  {{"tls_rotation", "installed"}});
       }
-      last_problem.clear();
+      problems = {};
       return;
     }
     const std::string problem(changed.status().message());
-    if (problem == last_problem) return;  // said once until it changes
-    last_problem = problem;
-    LogEvent(spdlog::level::warn, absl::StrCat("TLS credentials: ", problem),
+    if (problem == problems.reported) return;
+    if (problem != problems.seen) {
+      problems.seen = problem;
+      spdlog::debug("TLS credentials: {}; reading again in a moment", problem);
+      return;
+    }
+    problems.reported = problem;
+    LogEvent(spdlog::level::err, absl::StrCat("TLS credentials: ", problem),
              {{"tls_rotation", "kept last good set"}});
   }
 
   const TlsSettings settings_;
-  const std::string directory_;
+  const SelfPollCheck self_;
   absl::Mutex mu_;
   PemSet current_ ABSL_GUARDED_BY(mu_);
-  int generation_ ABSL_GUARDED_BY(mu_) = 0;
   time_t mtime_ ABSL_GUARDED_BY(mu_) = 0;
+  // The descriptors gRPC reads, by number, from the first set on.
+  int ca_fd_ = -1;
+  int pair_fd_ = -1;
   Shutdown stop_;
   std::thread thread_;
 };
 
 absl::StatusOr<std::unique_ptr<CredentialMirror>> CredentialMirror::Start(
-    const TlsSettings& settings, const std::string& parent) {
+    const TlsSettings& settings, const SelfPollCheck& self) {
   absl::StatusOr<Credentials> credentials = MakeCredentials(settings);
   if (!credentials.ok()) return credentials.status();
   if (credentials->kind != Credentials::Kind::kMutualTls) {
@@ -174,20 +207,17 @@ absl::StatusOr<std::unique_ptr<CredentialMirror>> CredentialMirror::Start(
   }
   absl::StatusOr<PemSet> pems = ReadPemSet(settings);
   if (!pems.ok()) return pems.status();
-  std::string directory = parent + "/cfdb-worker-tls-XXXXXX";
-  if (mkdtemp(directory.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("cannot make a directory under ",
-                                            parent, ": ", ErrnoText(errno)));
+  if (absl::Status s = CheckServingSet(settings, *pems, self); !s.ok()) {
+    return s;
   }
-  auto impl = std::make_unique<Impl>(settings, directory);
+  auto impl = std::make_unique<Impl>(settings, self);
   if (absl::Status s = impl->InstallFirst(*pems); !s.ok()) return s;
   std::unique_ptr<CredentialMirror> mirror(
       new CredentialMirror(std::move(impl)));
-  mirror->directory_ = directory;
   mirror->credentials_ = *credentials;
-  mirror->credentials_.ca_file = directory + "/current/ca.pem";
-  mirror->credentials_.cert_file = directory + "/current/cert.pem";
-  mirror->credentials_.key_file = directory + "/current/key.pem";
+  mirror->credentials_.ca_file = FdPath(mirror->impl_->ca_fd());
+  mirror->credentials_.cert_file = FdPath(mirror->impl_->pair_fd());
+  mirror->credentials_.key_file = mirror->credentials_.cert_file;
   // The mirror's files, watched, rotate; inline PEMs would not.
   mirror->credentials_.ca_pem.clear();
   mirror->credentials_.cert_pem.clear();

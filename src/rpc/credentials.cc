@@ -1,10 +1,12 @@
 #include "cfdb/worker/credentials.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/errno_text.h"
+#include "core/text.h"
+#include "rpc/san_match.h"
 #include "rpc/tls_files.h"
 
 namespace cfdb::worker {
@@ -100,13 +104,26 @@ std::string Where(const TlsSettings::File& file) {
 }
 
 // VerifyChain checks that `chain`'s first certificate chains to one of
-// `cas` (the others are untrusted intermediates) and is valid now.
+// `cas` (the others are untrusted intermediates) and is valid now; with a
+// `role` ("ssl_server" or "ssl_client"), for that TLS role and against the
+// CRL directory if one is set, as a handshake checks it
+// (X509_STORE_CTX_set_default; gRPC wants a CRL for each CA).
 absl::Status VerifyChain(const TlsSettings& settings,
                          const std::vector<X509Ptr>& cas,
-                         const std::vector<X509Ptr>& chain) {
+                         const std::vector<X509Ptr>& chain,
+                         const char* role = nullptr) {
   std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(
       X509_STORE_new(), X509_STORE_free);
   for (const X509Ptr& ca : cas) X509_STORE_add_cert(store.get(), ca.get());
+  const bool crls = role != nullptr && !settings.crl_directory.empty();
+  if (crls) {
+    X509_LOOKUP* lookup =
+        X509_STORE_add_lookup(store.get(), X509_LOOKUP_hash_dir());
+    X509_LOOKUP_add_dir(lookup, settings.crl_directory.c_str(),
+                        X509_FILETYPE_PEM);
+    X509_STORE_set_flags(store.get(),
+                         X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL);
+  }
   std::unique_ptr<STACK_OF(X509), void (*)(STACK_OF(X509)*)> untrusted(
       sk_X509_new_null(), [](STACK_OF(X509) * s) { sk_X509_free(s); });
   for (size_t i = 1; i < chain.size(); ++i) {
@@ -116,15 +133,95 @@ absl::Status VerifyChain(const TlsSettings& settings,
       X509_STORE_CTX_new(), X509_STORE_CTX_free);
   if (X509_STORE_CTX_init(ctx.get(), store.get(), chain.front().get(),
                           untrusted.get()) != 1 ||
+      (role != nullptr && X509_STORE_CTX_set_default(ctx.get(), role) != 1) ||
       X509_verify_cert(ctx.get()) != 1) {
     const int error = X509_STORE_CTX_get_error(ctx.get());
     ERR_clear_error();
+    if (role != nullptr && error == X509_V_ERR_INVALID_PURPOSE) {
+      return Bad(
+          settings.cert,
+          absl::StrCat(
+              "cannot serve as a TLS ",
+              std::string_view(role) == "ssl_server" ? "server" : "client",
+              " certificate (", X509_verify_cert_error_string(error),
+              "), and the worker presents it as the server and, polling "
+              "itself, as a client: its extendedKeyUsage needs serverAuth "
+              "and clientAuth"));
+    }
     return Bad(
         settings.cert,
-        absl::StrCat("does not verify against the CA in ", Where(settings.ca),
-                     ": ", X509_verify_cert_error_string(error)));
+        absl::StrCat(
+            "does not verify against the CA in ", Where(settings.ca),
+            crls ? absl::StrCat(" with the CRLs in ", settings.crl_directory)
+                 : "",
+            ": ", X509_verify_cert_error_string(error)));
   }
   return absl::OkStatus();
+}
+
+// Sans are a certificate's subject alternative names, by kind.
+struct Sans {
+  std::vector<std::string> dns, ip, uri;
+};
+
+Sans SansOf(X509* cert) {
+  Sans sans;
+  auto* names = static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);
+    if (name->type == GEN_DNS || name->type == GEN_URI) {
+      const ASN1_IA5STRING* text = name->d.ia5;
+      (name->type == GEN_DNS ? sans.dns : sans.uri)
+          .emplace_back(reinterpret_cast<const char*>(text->data),
+                        static_cast<size_t>(text->length));
+    } else if (name->type == GEN_IPADD) {
+      const ASN1_OCTET_STRING* ip = name->d.iPAddress;
+      char text[INET6_ADDRSTRLEN] = "";
+      if (ip->length == 4 || ip->length == 16) {
+        inet_ntop(ip->length == 4 ? AF_INET : AF_INET6, ip->data, text,
+                  sizeof text);
+      }
+      sans.ip.emplace_back(text);
+    }
+  }
+  GENERAL_NAMES_free(names);
+  return sans;
+}
+
+// CheckSelfPoll checks `leaf` against what the self-poll needs (`self`).
+absl::Status CheckSelfPoll(const TlsSettings& settings, X509* leaf,
+                           const SelfPollCheck& self) {
+  const Sans sans = SansOf(leaf);
+  if (const std::string problem = IdentityProblem(self.host, sans.dns, sans.ip);
+      !problem.empty()) {
+    // Named: the identity given, or else the certificate.
+    const std::string where =
+        self.host_source.empty()
+            ? absl::StrCat(settings.cert.source, ": ", Where(settings.cert))
+            : absl::StrCat(self.host_source, " '", self.host, "'");
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", problem, ": the worker's own self-poll verifies it by '",
+        self.host,
+        "', so every poll would fail its handshake and the worker could "
+        "never retire on idle; give the certificate that SAN, or set "
+        "--tls-identity to a DNS name it has"));
+  }
+  if (self.idle_admitted.empty()) return absl::OkStatus();
+  std::vector<std::string> identities = sans.dns;
+  identities.insert(identities.end(), sans.uri.begin(), sans.uri.end());
+  for (const std::string& entry : self.idle_admitted) {
+    for (const std::string& identity : identities) {
+      if (AdmissionMatches(entry, identity)) return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      self.admitted_source,
+      ": admits none of the identities of the worker's own certificate (",
+      identities.empty() ? "it has no DNS or URI SAN"
+                         : EscapedForLog(absl::StrJoin(identities, ", ")),
+      ") to call Idle, so its self-poll would be refused and it could never "
+      "retire on idle; add one of them to --tls-admit-observe"));
 }
 
 }  // namespace
@@ -166,6 +263,22 @@ absl::Status CheckPemSet(const TlsSettings& settings, const PemSet& pems) {
                             Where(settings.cert)));
   }
   return VerifyChain(settings, *cas, *chain);
+}
+
+absl::Status CheckServingSet(const TlsSettings& settings, const PemSet& pems,
+                             const SelfPollCheck& self) {
+  if (absl::Status s = CheckPemSet(settings, pems); !s.ok()) return s;
+  absl::StatusOr<std::vector<X509Ptr>> cas = Certificates(settings.ca, pems.ca);
+  absl::StatusOr<std::vector<X509Ptr>> chain =
+      Certificates(settings.cert, pems.cert);
+  if (!cas.ok() || !chain.ok()) return absl::InternalError("parsed once");
+  for (const char* role : {"ssl_server", "ssl_client"}) {
+    if (absl::Status s = VerifyChain(settings, *cas, *chain, role); !s.ok()) {
+      return s;
+    }
+  }
+  if (self.host.empty()) return absl::OkStatus();
+  return CheckSelfPoll(settings, chain->front().get(), self);
 }
 
 absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings) {

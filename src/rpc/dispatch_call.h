@@ -1,6 +1,8 @@
-// Dispatch and DispatchStream calls: a job's events, in order, on one
-// stream; for DispatchStream, its stdin from the same stream.
+// The calls that carry a job's events: Dispatch, DispatchStream (with the
+// job's stdin from the same stream) and Attach.
 #pragma once
+
+#include <string>
 
 #include "cfdb/worker/v1/worker.pb.h"
 #include "cfdb/worker/worker.h"
@@ -9,13 +11,18 @@
 
 namespace cfdb::worker {
 
+// ClientIdentity names the caller for listings: its certificate's first SAN,
+// "plaintext", or "unix socket".
+std::string ClientIdentity(const grpc::CallbackServerContext& context);
+
 // StartDispatch hands the job of `request` to `worker` and returns the
-// call's reactor; a request refused (unparseable, invalid, docket full,
-// stopping) finishes at once with its status and no event, logged as a
-// refusal (at most one line per status code per 10 s, with a count).
+// call's reactor; a request refused (unparseable, invalid, a duplicate id,
+// docket full, stopping) finishes at once with its status and no event,
+// logged as a refusal through `log` (one line per status code per period,
+// with a count). `log` must outlive the call; `client` is ClientIdentity's.
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDispatch(
-    Worker& worker, CallTracker& calls,
-    absl::StatusOr<v1::DispatchRequest> request);
+    Worker& worker, CallTracker& calls, LogThrottle& log,
+    absl::StatusOr<v1::DispatchRequest> request, std::string client);
 
 // StartDispatchStream returns the reactor of a DispatchStream call: its
 // first message passes `gate` and is handed to `worker` as StartDispatch's
@@ -24,5 +31,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDispatch(
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 StartDispatchStream(Worker& worker, CallTracker& calls, Gate gate,
                     grpc::CallbackServerContext* context);
+
+// StartAttach returns the reactor of an Attach call: NOT_FOUND for an
+// unknown job, else the job's events from the offsets asked for.
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartAttach(
+    Worker& worker, CallTracker& calls,
+    absl::StatusOr<v1::AttachRequest> request);
 
 }  // namespace cfdb::worker

@@ -62,7 +62,9 @@ bool Accepted(const absl::Status& status) {
 }
 
 ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
-  if (rpc == Rpc::kDispatch && Accepted(status)) return AfterAccepted(status);
+  if ((rpc == Rpc::kDispatch || rpc == Rpc::kAttach) && Accepted(status)) {
+    return AfterAccepted(status);
+  }
   using C = absl::StatusCode;
   const C code = status.code();
   if (code == C::kUnauthenticated ||
@@ -87,6 +89,14 @@ ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
       return ErrorKind::kTransient;
     case C::kPermissionDenied:
       return ErrorKind::kPermissionDenied;
+    case C::kAlreadyExists:
+      return ErrorKind::kAlreadyExists;
+    case C::kNotFound:
+      // Health answers NOT_FOUND for a service it does not know.
+      return rpc == Rpc::kAttach || rpc == Rpc::kCancel ? ErrorKind::kNotFound
+                                                        : ErrorKind::kRpcError;
+    case C::kFailedPrecondition:
+      return rpc == Rpc::kStop ? ErrorKind::kStillBusy : ErrorKind::kRpcError;
     case C::kUnknown:
     case C::kInternal:
       return HasTransportEvidence(status) ? ErrorKind::kTransient
@@ -118,6 +128,12 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "accepted, deadline exceeded";
     case ErrorKind::kMaybeStarted:
       return "no answer before the deadline";
+    case ErrorKind::kAlreadyExists:
+      return "already exists";
+    case ErrorKind::kNotFound:
+      return "not found";
+    case ErrorKind::kStillBusy:
+      return "still busy";
   }
   return "rpc error";
 }
@@ -138,6 +154,12 @@ int ExitCodeFor(ErrorKind kind) {
       return 74;
     case ErrorKind::kAcceptedDeadlineExceeded:
       return 73;
+    case ErrorKind::kStillBusy:
+      return 65;
+    case ErrorKind::kNotFound:
+      return 66;
+    case ErrorKind::kAlreadyExists:
+      return 67;
   }
   return 76;
 }

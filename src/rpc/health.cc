@@ -130,8 +130,8 @@ grpc::ServerUnaryReactor* HealthService::Check(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<HealthCheckRequest> parsed = gate_.Open<HealthCheckRequest>(
-      *context, *request, MethodGroup::kObserve, "Health/Check");
+  absl::StatusOr<HealthCheckRequest> parsed =
+      gate_.Open<HealthCheckRequest>(*context, *request, method::kHealthCheck);
   if (!parsed.ok()) {
     reactor->Finish(wire::ToGrpc(parsed.status()));
     return reactor;
@@ -152,8 +152,8 @@ grpc::ServerUnaryReactor* HealthService::Check(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* HealthService::Watch(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  absl::StatusOr<HealthCheckRequest> parsed = gate_.Open<HealthCheckRequest>(
-      *context, *request, MethodGroup::kObserve, "Health/Watch");
+  absl::StatusOr<HealthCheckRequest> parsed =
+      gate_.Open<HealthCheckRequest>(*context, *request, method::kHealthWatch);
   if (!parsed.ok()) {
     return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
   }

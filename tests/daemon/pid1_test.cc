@@ -51,8 +51,7 @@ TEST_F(Pid1Test, ReapsOrphansAndLeavesNothingBehind) {
                 {"unshare", "--pid", "--fork", "--mount-proc"});
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   EXPECT_EQ(daemon.pid(), 1) << "the worker is PID 1 of its namespace";
-  auto connection =
-      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  auto connection = WorkerConnection::Open(daemon.address());
   ASSERT_TRUE(connection.ok());
 
   // A job that leaves a background grandchild in its group (killed, then an
@@ -118,8 +117,7 @@ TEST_F(Pid1Test, SigtermToPid1StopsTheWorker) {
   Daemon daemon({"--idle-timeout-seconds", "0"},
                 {"unshare", "--pid", "--fork", "--mount-proc"});
   ASSERT_GT(daemon.port(), 0) << daemon.log();
-  auto connection =
-      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  auto connection = WorkerConnection::Open(daemon.address());
   ASSERT_TRUE(connection.ok());
   // kill -TERM 1 from inside: PID 1 ignores signals it has no handler for,
   // so this only works because the worker handles SIGTERM itself.

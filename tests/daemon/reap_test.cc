@@ -1,9 +1,15 @@
 // `cfdb-worker reap` against real workers in every state (issue 14).
+#include "daemon/reap.h"
+
+#include <algorithm>
 #include <csignal>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
 #include "gmock/gmock.h"
@@ -11,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/background_dispatch.h"
 #include "support/daemon.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
@@ -82,13 +89,7 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
   Daemon below({"--idle-timeout-seconds", "0"});
   LegacyServer legacy;
   const std::string unreachable = "127.0.0.1:1";
-  auto busy_connection = WorkerConnection::Open(busy.address());
-  std::thread job([&] {
-    (void)(*busy_connection)->Dispatch(ExecRequest({"sleep", "4"}), {});
-  });
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return (*busy_connection)->IdleTime(seconds(1)).value_or(1) == 0;
-  }));
+  testing::BackgroundDispatch job(busy.address(), ExecRequest({"sleep", "4"}));
   WaitIdleFor(idle.address(), 1.3);
   auto below_connection = WorkerConnection::Open(below.address());
   ASSERT_TRUE((*below_connection)->Dispatch(ExecRequest({"true"}), {}).ok());
@@ -101,7 +102,7 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
       ReapJson({"--idle-threshold-seconds", "1.2", "--grace-seconds", "5",
                 idle.address(), busy.address(), below.address(),
                 legacy.address(), unreachable});
-  job.join();
+  (void)job.Outcome();
   EXPECT_EQ(outcome, JobOutcome::Exited(1)) << "one could not be polled";
   ASSERT_EQ(lines.size(), 5u);
   EXPECT_EQ(lines[idle.address()]["action"], "stopped");
@@ -119,8 +120,8 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
   EXPECT_THAT(below.log(), ::testing::Not(HasSubstr("stop rpc")));
 }
 
-// A dry run stops nothing; text lines, one per worker in the order given;
-// addresses may come from stdin.
+// A dry run stops nothing; text lines, one per worker (in the order they
+// answer); addresses may come from stdin.
 TEST(ReapTest, ADryRunStopsNothing) {
   Daemon a({"--idle-timeout-seconds", "0"});
   Daemon b({"--idle-timeout-seconds", "0"});
@@ -135,8 +136,10 @@ TEST(ReapTest, ADryRunStopsNothing) {
   const std::vector<std::string> lines =
       absl::StrSplit(reap.out(), '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 2u) << reap.out();
-  EXPECT_THAT(lines[0], ::testing::StartsWith(a.address() + " dry-run idle="));
-  EXPECT_THAT(lines[1], ::testing::StartsWith(b.address() + " dry-run idle="));
+  EXPECT_THAT(lines,
+              ::testing::UnorderedElementsAre(
+                  ::testing::StartsWith(a.address() + " dry-run idle="),
+                  ::testing::StartsWith(b.address() + " dry-run idle=")));
   for (Daemon* d : {&a, &b}) {
     auto c = WorkerConnection::Open(d->address());
     EXPECT_TRUE((*c)->IdleTime(seconds(2)).ok()) << "still serving";
@@ -155,7 +158,8 @@ TEST(ReapTest, PermissionDeniedIsSaidByKind) {
   Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
                  "--tls-key", worker.key, "--idle-timeout-seconds", "0",
                  "--tls-admit-control", "api.cfdb.internal",
-                 "--tls-admit-observe", "reaper.cfdb.internal"});
+                 "--tls-admit-observe",
+                 "reaper.cfdb.internal,worker.cfdb.internal"});
   WaitIdleFor(daemon.address(), 0.15, pki.Mtls(observer));
   for (const auto& [pem, action] :
        {std::pair{&observer, "stop failed"}, {&stranger, "poll failed"}}) {
@@ -166,6 +170,49 @@ TEST(ReapTest, PermissionDeniedIsSaidByKind) {
     EXPECT_EQ(lines[daemon.address()]["action"], action);
     EXPECT_EQ(lines[daemon.address()]["error_kind"], "permission denied");
   }
+}
+
+// The pool under `reap`: every address once, never more in hand than the
+// concurrency, and each result handed on as soon as it is known: the first
+// worker's step returns only once all 29 others were handed on, which
+// results held to the end would never allow.
+TEST(ReapPoolTest, AtMostTheConcurrencyAtOnceAndEachResultAsItComes) {
+  cli::ReapOptions options;
+  options.concurrency = 3;
+  for (int i = 0; i < 30; ++i) {
+    options.addresses.push_back(absl::StrCat("w", i));
+  }
+  absl::Mutex mu;
+  int running = 0;
+  int most = 0;
+  std::vector<std::string> handed;
+  bool slow_saw_the_rest = false;
+  const auto step = [&](const std::string& address) {
+    absl::MutexLock lock(&mu);
+    most = std::max(most, ++running);
+    if (address == "w0") {
+      slow_saw_the_rest = mu.AwaitWithTimeout(
+          absl::Condition(
+              +[](std::vector<std::string>* h) { return h->size() == 29; },
+              &handed),
+          absl::Seconds(60));
+    }
+    --running;
+    return cli::ReapResult{.address = address};
+  };
+  cli::Reap(options, step, [&](const cli::ReapResult& result) {
+    absl::MutexLock lock(&mu);
+    handed.push_back(result.address);
+  });
+  EXPECT_TRUE(slow_saw_the_rest);
+  EXPECT_LE(most, 3);
+  EXPECT_GE(most, 2) << "the others ran beside the slow one";
+  ASSERT_EQ(handed.size(), 30u);
+  EXPECT_EQ(handed.back(), "w0");
+  std::sort(handed.begin(), handed.end());
+  std::vector<std::string> all = options.addresses;
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(handed, all);
 }
 
 TEST(ReapTest, NoAddressIsAUsageError) {

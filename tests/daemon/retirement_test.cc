@@ -1,9 +1,11 @@
 #include "daemon/retirement.h"
 
 #include <deque>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,9 +27,6 @@ struct FakeIdleSource {
   std::deque<absl::StatusOr<double>> script;
   std::vector<TimePoint> polls;
   std::vector<Duration> timeouts;
-  // Answers of fresh dials, if set (else as `script`); the last repeats.
-  std::deque<absl::StatusOr<double>> fresh_script;
-  int fresh_polls = 0;
   absl::Status close_status;
   int closes = 0;
 };
@@ -50,12 +49,6 @@ class SourceProxy : public IdleSource {
     fake_.polls.push_back(fake_.clock.Now());
     fake_.timeouts.push_back(timeout);
     return Next(fake_.script);
-  }
-  absl::StatusOr<double> FreshIdleTime(Duration timeout) override {
-    if (fake_.fresh_script.empty()) return IdleTime(timeout);
-    fake_.polls.push_back(fake_.clock.Now());
-    ++fake_.fresh_polls;
-    return Next(fake_.fresh_script);
   }
   absl::Status Close() override {
     ++fake_.closes;
@@ -89,15 +82,43 @@ class RetirementTest : public ::testing::Test {
     source_.script.assign(answers.begin(), answers.end());
   }
 
+  // Hooks are the fakes: the idle source, the listener's dials (answered
+  // from dial_script; the last answer repeats), the descriptor check and
+  // the stopper, which records the request as the worker's stop state.
+  RetirementPolicy::Hooks Hooks() {
+    return {.connect = [this]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+              ++connects_;
+              return std::make_unique<SourceProxy>(source_);
+            },
+            .dial_fresh =
+                [this](Duration deadline) {
+                  dials_.push_back(clock_.Now());
+                  dial_deadlines_.push_back(deadline);
+                  const absl::Status answer = dial_script_.front();
+                  if (dial_script_.size() > 1) dial_script_.pop_front();
+                  return answer;
+                },
+            .can_open_descriptor = [this] { return descriptors_; },
+            .stop =
+                [this](StopRequest r) {
+                  stops_.push_back(r.grace);
+                  requests_.push_back(r);
+                },
+            .stop_state = [this]() -> std::optional<StopState> {
+              if (requests_.empty()) return std::nullopt;
+              StopRequests requests;
+              for (StopRequest r : requests_) {
+                r.arrival = clock_.Now();
+                requests.Add(r);
+              }
+              return StopState{.idle_at_request = idle_at_request_,
+                               .sources = requests.sources()};
+            }};
+  }
+
   Retirement Run() {
     start_ = clock_.Now();
-    RetirementPolicy reaper(
-        options_, clock_, shutdown_.watcher(),
-        [this]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
-          ++connects_;
-          return std::make_unique<SourceProxy>(source_);
-        },
-        [this](StopRequest r) { stops_.push_back(r.grace); });
+    RetirementPolicy reaper(options_, clock_, shutdown_.watcher(), Hooks());
     return reaper.Run();
   }
 
@@ -118,6 +139,12 @@ class RetirementTest : public ::testing::Test {
   TimePoint start_;
   int connects_ = 0;
   std::vector<Duration> stops_;
+  std::vector<StopRequest> requests_;  // the stop state's requests
+  Duration idle_at_request_ = Duration::zero();
+  std::deque<absl::Status> dial_script_{absl::OkStatus()};
+  std::vector<TimePoint> dials_;
+  std::vector<Duration> dial_deadlines_;
+  bool descriptors_ = true;
 };
 
 TEST(RetirementDefaultsTest, MatchTheDocumentedDefaults) {
@@ -130,6 +157,7 @@ TEST(RetirementDefaultsTest, MatchTheDocumentedDefaults) {
   EXPECT_EQ(defaults.max_lifetime_grace, hours(6));
   EXPECT_EQ(defaults.max_lifetime_jitter, seconds(4320)) << "a tenth";
   EXPECT_EQ(defaults.signal_grace, Duration::zero());
+  EXPECT_EQ(defaults.listener_check_interval, seconds(10));
 }
 
 // The jitter is drawn once, from [0, J], and the worker retires at the max
@@ -184,7 +212,8 @@ TEST_F(RetirementTest, ZeroJitterIsExactlyTheMaxLifetime) {
   EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
   EXPECT_EQ(clock_.Now() - start_, seconds(120));
   EXPECT_EQ(draws, 0);
-  EXPECT_THAT(log_.str(), Not(HasSubstr("jitter")));
+  EXPECT_THAT(log_.str(), Not(HasSubstr("less a jitter")));
+  EXPECT_THAT(log_.str(), HasSubstr("max_lifetime_jitter_seconds=0"));
 }
 
 // A jitter over half the lifetime (a template default left as it was when
@@ -207,6 +236,7 @@ TEST_F(RetirementTest, JitterIsCappedAtHalfTheLifetime) {
 }
 
 TEST_F(RetirementTest, ExitsOnTheFirstPollOverTheThresholdWithTheDrainGrace) {
+  idle_at_request_ = seconds(601);
   Script({601.0});
   const Retirement exit = Run();
   EXPECT_EQ(exit.reason, ExitReason::kIdle);
@@ -215,6 +245,33 @@ TEST_F(RetirementTest, ExitsOnTheFirstPollOverTheThresholdWithTheDrainGrace) {
   EXPECT_EQ(source_.timeouts[0], seconds(5)) << "each poll has a deadline";
   EXPECT_EQ(stops_, std::vector<Duration>{hours(6)});
   EXPECT_THAT(log_.str(), HasSubstr("exiting: idle for 601.000 s"));
+}
+
+// The poll read the idle time a moment ago: a job accepted since then keeps
+// the worker serving (the worker refuses the conditional stop), and the
+// next poll over the threshold retires it, with one request.
+TEST_F(RetirementTest, AJobAcceptedAfterThePollKeepsTheWorkerServing) {
+  Script({601.0, 601.0});
+  std::vector<Duration> conditional;
+  RetirementPolicy::Hooks hooks = Hooks();
+  hooks.stop_if_idle = [&](StopRequest request, Duration idle_for) {
+    conditional.push_back(idle_for);
+    if (conditional.size() == 1) {
+      return absl::FailedPreconditionError("busy: 1 job(s) in flight");
+    }
+    requests_.push_back(request);
+    return absl::OkStatus();
+  };
+  start_ = clock_.Now();
+  RetirementPolicy reaper(options_, clock_, shutdown_.watcher(), hooks);
+  const Retirement exit = reaper.Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_EQ(source_.polls.size(), 2u);
+  EXPECT_EQ(conditional, std::vector<Duration>(2, seconds(600)));
+  EXPECT_TRUE(stops_.empty()) << "the conditional stop made the request";
+  ASSERT_EQ(requests_.size(), 1u);
+  EXPECT_EQ(requests_[0].grace, hours(6));
+  EXPECT_THAT(log_.str(), HasSubstr("idle retirement: kept serving: busy"));
 }
 
 TEST_F(RetirementTest,
@@ -324,30 +381,167 @@ TEST_F(RetirementTest, AfterTheFailureLimitARecoveredPollStillRetires) {
   EXPECT_THAT(log_.str(), HasSubstr("answered again after 3 failures"));
 }
 
-// Fresh dials that are not answered while the pooled connection is: the
-// listener is gone, and the worker retires saying so.
-TEST_F(RetirementTest, FreshDialsThatFailMeanTheListenerIsLost) {
-  source_.fresh_script = {absl::UnavailableError("failed to connect")};
+// New connections that are not answered: the listener is gone, and the
+// worker retires saying so, whatever the idle polls say.
+TEST_F(RetirementTest, UnansweredDialsMeanTheListenerIsLost) {
+  dial_script_ = {absl::DeadlineExceededError("Deadline Exceeded")};
   Script({5.0});
   const Retirement exit = Run();
   EXPECT_EQ(exit.reason, ExitReason::kListenerLost);
-  EXPECT_EQ(source_.fresh_polls, kListenerLostAfter);
-  EXPECT_EQ(source_.polls.size(),
-            static_cast<size_t>(kFreshDialEvery * kListenerLostAfter));
+  ASSERT_EQ(dials_.size(), static_cast<size_t>(kListenerLostAfter));
+  EXPECT_EQ(dials_[0] - start_, seconds(10)) << "the check interval";
+  EXPECT_EQ(dials_[1] - dials_[0], kListenerRecheck);
+  EXPECT_EQ(dial_deadlines_[0], kListenerCheckDeadline);
   ASSERT_EQ(stops_.size(), 1u);
   EXPECT_EQ(stops_[0], hours(6)) << "jobs in flight still drain";
-  EXPECT_THAT(log_.str(), HasSubstr("listener lost"));
+  EXPECT_THAT(log_.str(), HasSubstr("exiting: listener lost"));
   EXPECT_EQ(CountLines("error"), 1);
+  EXPECT_EQ(CountLines("warning"), kListenerLostAfter);
 }
 
-// One fresh dial that works clears the count.
-TEST_F(RetirementTest, AFreshDialThatWorksClearsTheCount) {
-  options_.max_lifetime = seconds(15 * kFreshDialEvery * 6);
-  source_.fresh_script = {
-      absl::UnavailableError("x"), absl::UnavailableError("x"), 5.0,
-      absl::UnavailableError("x"), absl::UnavailableError("x"), 5.0};
+// The listener check runs on its own cadence in every configuration: with
+// idle polling off, with a poll interval far longer than the check, and
+// with a failure limit that never slows polling down.
+TEST_F(RetirementTest, TheListenerIsCheckedWhateverTheIdleSettings) {
+  for (const auto& [name, timeout, interval] :
+       std::vector<std::tuple<std::string, Duration, Duration>>{
+           {"idle timeout 0", Duration::zero(), seconds(15)},
+           {"poll every 60 s", seconds(600), seconds(60)},
+           {"defaults", seconds(600), seconds(15)}}) {
+    options_.idle_timeout = timeout;
+    options_.idle_poll_interval = interval;
+    options_.idle_poll_failure_limit = 1'000'000;
+    dials_.clear();
+    dial_script_ = {absl::OkStatus(), absl::OkStatus(),
+                    absl::UnavailableError("failed to connect")};
+    Script({0.0});
+    const Retirement exit = Run();
+    EXPECT_EQ(exit.reason, ExitReason::kListenerLost) << name;
+    ASSERT_EQ(dials_.size(), 2u + kListenerLostAfter) << name;
+    EXPECT_EQ(dials_[1] - dials_[0], seconds(10)) << name;
+    EXPECT_LE(clock_.Now() - start_, seconds(20) + ListenerLostBound(options_))
+        << name << ": lost after the second check";
+  }
+}
+
+// At the defaults the worker gives up on a lost listener within 30 s,
+// even when every call to it waits its whole deadline, idle polls
+// included: none runs between the checks that count.
+TEST_F(RetirementTest, AListenerLostIsNoticedWithinTheBound) {
+  EXPECT_EQ(ListenerLostBound(RetirementOptions{}), seconds(26));
+  EXPECT_EQ(ListenerLostBound({.idle_timeout = Duration::zero()}), seconds(21))
+      << "no poll in the way";
+  // Lost right after the first check, at 10 s: from then on each dial and
+  // each poll waits its whole deadline, as calls to a dead listener do.
+  std::optional<TimePoint> lost_at;
+  int polls_after_a_failed_dial = 0;
+  struct SlowOnceLost : IdleSource {
+    SlowOnceLost(FakeClock& clock, std::optional<TimePoint>& lost_at,
+                 int& counted, const std::vector<TimePoint>& dials)
+        : clock(clock), lost_at(lost_at), counted(counted), dials(dials) {}
+    absl::StatusOr<double> IdleTime(Duration timeout) override {
+      if (!lost_at) return 0.0;
+      if (dials.size() > 1) ++counted;
+      clock.Advance(timeout);
+      return absl::DeadlineExceededError("Deadline Exceeded");
+    }
+    absl::Status Close() override { return absl::OkStatus(); }
+    FakeClock& clock;
+    std::optional<TimePoint>& lost_at;
+    int& counted;
+    const std::vector<TimePoint>& dials;
+  };
+  RetirementPolicy::Hooks hooks = Hooks();
+  hooks.connect = [&]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+    return std::make_unique<SlowOnceLost>(clock_, lost_at,
+                                          polls_after_a_failed_dial, dials_);
+  };
+  hooks.dial_fresh = [&](Duration deadline) -> absl::Status {
+    dials_.push_back(clock_.Now());
+    if (!lost_at) {
+      lost_at = clock_.Now();
+      return absl::OkStatus();
+    }
+    clock_.Advance(deadline);
+    return absl::DeadlineExceededError("Deadline Exceeded");
+  };
+  start_ = clock_.Now();
+  RetirementPolicy reaper(options_, clock_, shutdown_.watcher(), hooks);
+  EXPECT_EQ(reaper.Run().reason, ExitReason::kListenerLost);
+  ASSERT_TRUE(lost_at.has_value());
+  EXPECT_LE(clock_.Now() - *lost_at, ListenerLostBound(options_));
+  EXPECT_EQ(polls_after_a_failed_dial, 0);
+}
+
+TEST_F(RetirementTest, AnAnsweredDialClearsTheCount) {
+  options_.max_lifetime = seconds(100);
+  dial_script_ = {absl::UnavailableError("x"),
+                  absl::UnavailableError("x"),
+                  absl::OkStatus(),
+                  absl::UnavailableError("x"),
+                  absl::UnavailableError("x"),
+                  absl::OkStatus()};
   Script({5.0});
   EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
+  EXPECT_THAT(log_.str(), HasSubstr("answered again"));
+}
+
+// A refusal or a failed handshake is an answer: the listener accepted the
+// connection.
+TEST_F(RetirementTest, ARefusedDialIsAnAnswer) {
+  options_.max_lifetime = seconds(100);
+  dial_script_ = {absl::PermissionDeniedError("Idle: permission denied"),
+                  absl::UnavailableError("Handshake failed")};
+  Script({5.0});
+  EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
+}
+
+// While this process cannot open a descriptor a failed dial says nothing of
+// the listener: checked every second, counted only once it can.
+TEST_F(RetirementTest, DialsFailedWithoutDescriptorsDoNotCount) {
+  options_.max_lifetime = seconds(60);
+  dial_script_ = {absl::UnavailableError("socket: Too many open files")};
+  descriptors_ = false;
+  Script({5.0});
+  EXPECT_EQ(Run().reason, ExitReason::kMaxLifetime);
+  EXPECT_GE(dials_.size(), 45u) << "every second from 10 s";
+  EXPECT_EQ(CountLines("warning"), 1) << "said once";
+  descriptors_ = true;
+  dials_.clear();
+  EXPECT_EQ(Run().reason, ExitReason::kListenerLost);
+}
+
+// gRPC said it could not accept: the listener is checked at once, not at
+// the next tick of the cadence.
+TEST_F(RetirementTest, CheckListenerSoonChecksOnTheNextTurn) {
+  options_.idle_timeout = Duration::zero();
+  options_.max_lifetime = seconds(5);
+  RetirementPolicy reaper(options_, clock_, shutdown_.watcher(), Hooks());
+  reaper.CheckListenerSoon();
+  start_ = clock_.Now();
+  EXPECT_EQ(reaper.Run().reason, ExitReason::kMaxLifetime);
+  ASSERT_EQ(dials_.size(), 1u) << "before the first 10 s tick";
+  EXPECT_EQ(dials_[0], start_);
+}
+
+// The exit event: what the fields say, after an idle exit.
+TEST_F(RetirementTest, TheExitEventSaysWhatEachFieldMeans) {
+  options_.max_lifetime = seconds(1000);
+  options_.max_lifetime_jitter = seconds(100);
+  options_.draw_jitter = [](Duration) { return seconds(40); };
+  idle_at_request_ = std::chrono::milliseconds(601'500);
+  Script({0.0, 0.0, 601.0});
+  const Retirement exit = Run();
+  EXPECT_EQ(exit.reason, ExitReason::kIdle);
+  EXPECT_EQ(exit.idle_seconds, 601.5) << "the worker's, at the request";
+  const std::string log = log_.str();
+  EXPECT_THAT(log, HasSubstr("exit_reason=idle"));
+  EXPECT_THAT(log, HasSubstr("uptime_seconds=45"));
+  EXPECT_THAT(log, HasSubstr("idle_seconds=601.5"));
+  EXPECT_THAT(log, HasSubstr("max_lifetime_seconds=960"));
+  EXPECT_THAT(log, HasSubstr("max_lifetime_configured_seconds=1000"));
+  EXPECT_THAT(log, HasSubstr("max_lifetime_jitter_seconds=40"));
+  EXPECT_THAT(log, HasSubstr("stop_request_idle=21600"));
 }
 
 TEST_F(RetirementTest, ErrorWithMaxLifetimeDisabledPromisesNoBackstop) {
@@ -357,7 +551,7 @@ TEST_F(RetirementTest, ErrorWithMaxLifetimeDisabledPromisesNoBackstop) {
   // Nothing else can end this loop: a signal "arrives" at the wait after
   // the failed poll.
   clock_.SetWaitHook([this](TimePoint) {
-    if (clock_.waits() >= 2) shutdown_.Stop(StopCause::kSignal);
+    if (!source_.polls.empty()) shutdown_.Stop(StopCause::kSignal);
   });
   const Retirement exit = Run();
   EXPECT_EQ(exit.reason, ExitReason::kSignal);
@@ -395,6 +589,7 @@ TEST_F(RetirementTest, StopRpcExitLeavesTheDrainToTheRpc) {
 
 TEST_F(RetirementTest, MaxLifetimeIsCheckedBeforeSignals) {
   options_.max_lifetime = seconds(15);
+  options_.listener_check_interval = hours(1);  // the first wait: to 15 s
   Script({0.0});
   clock_.SetWaitHook([this](TimePoint) { shutdown_.Stop(StopCause::kSignal); });
   const Retirement exit = Run();
@@ -429,12 +624,11 @@ TEST_F(RetirementTest, NextPollComesAtTheThresholdWhenBeforeTheCadence) {
 
 TEST_F(RetirementTest, FailedConnectDisablesPollingButNotTheBackstop) {
   options_.max_lifetime = seconds(30);
-  RetirementPolicy reaper(
-      options_, clock_, shutdown_.watcher(),
-      []() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
-        return absl::InvalidArgumentError("no address");
-      },
-      [this](StopRequest r) { stops_.push_back(r.grace); });
+  RetirementPolicy::Hooks hooks = Hooks();
+  hooks.connect = []() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+    return absl::InvalidArgumentError("no address");
+  };
+  RetirementPolicy reaper(options_, clock_, shutdown_.watcher(), hooks);
   EXPECT_EQ(reaper.Run().reason, ExitReason::kMaxLifetime);
   EXPECT_THAT(log_.str(), HasSubstr("no address"));
 }
@@ -455,10 +649,9 @@ TEST(RetirementRealClockTest, SignalDuringALongWaitIsSeenAtOnce) {
   };
   RetirementPolicy reaper(
       options, SteadyClock::Get(), shutdown.watcher(),
-      [&]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
+      {.connect = [&]() -> absl::StatusOr<std::unique_ptr<IdleSource>> {
         return std::make_unique<Busy>(polls);
-      },
-      [](StopRequest) {});
+      }});
   const TimePoint start = std::chrono::steady_clock::now();
   std::thread signaller([&] { shutdown.Stop(StopCause::kSignal); });
   const Retirement exit = reaper.Run();
@@ -466,6 +659,31 @@ TEST(RetirementRealClockTest, SignalDuringALongWaitIsSeenAtOnce) {
   EXPECT_EQ(exit.reason, ExitReason::kSignal);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::minutes(1))
       << "returned long before the one-hour wait ended";
+}
+
+// Shutdown::Wake ends the loop's wait without a stop, so that a listener
+// check asked for from another thread runs at once.
+TEST(RetirementRealClockTest, AWakeRunsAListenerCheckAtOnce) {
+  RetirementOptions options;
+  options.idle_timeout = Duration::zero();
+  options.listener_check_interval = hours(1);
+  Shutdown shutdown;
+  std::atomic<int> dials{0};
+  RetirementPolicy reaper(options, SteadyClock::Get(), shutdown.watcher(),
+                          {.dial_fresh = [&](Duration) {
+                            if (++dials == 1) shutdown.Stop();
+                            return absl::OkStatus();
+                          }});
+  std::thread gRPC([&] {
+    reaper.CheckListenerSoon();
+    shutdown.Wake();
+  });
+  const TimePoint start = std::chrono::steady_clock::now();
+  const Retirement exit = reaper.Run();
+  gRPC.join();
+  EXPECT_EQ(exit.reason, ExitReason::kRequested);
+  EXPECT_EQ(dials, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::minutes(1));
 }
 
 }  // namespace

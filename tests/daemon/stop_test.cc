@@ -10,8 +10,10 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,6 +30,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/background_dispatch.h"
 #include "support/daemon.h"
 #include "support/proc_util.h"
 #include "support/test_job.h"
@@ -52,44 +55,160 @@ TimePoint Now() { return std::chrono::steady_clock::now(); }
 
 double Since(TimePoint start) { return ToSeconds(Now() - start); }
 
-// Job dispatches a request on a connection of its own, on a thread.
-class Job {
- public:
-  Job(int port, JobRequest request) {
-    thread_ = std::thread([this, port, request] {
-      auto connection =
-          WorkerConnection::Open(absl::StrCat("127.0.0.1:", port));
-      outcome_ = (*connection)
-                     ->Dispatch(request,
-                                {.on_accepted = [this] { accepted_.Notify(); }},
-                                kTimeout);
-      if (!accepted_.HasBeenNotified()) accepted_.Notify();
-    });
-    EXPECT_TRUE(accepted_.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  }
-  ~Job() {
-    if (thread_.joinable()) thread_.join();
-  }
-  absl::StatusOr<JobOutcome> Outcome() {
-    thread_.join();
-    return outcome_;
-  }
-
- private:
-  absl::Notification accepted_;
-  absl::StatusOr<JobOutcome> outcome_;
-  std::thread thread_;
-};
-
-// DrainLine returns the daemon's JSON "drained in" line.
-nlohmann::json DrainLine(const std::string& log) {
+// JsonLine returns the daemon's first JSON line with `field`: the drain's
+// ("drain_seconds"), the exit event ("exit_reason").
+nlohmann::json JsonLine(const std::string& log, std::string_view field) {
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {
     auto json = nlohmann::json::parse(line, nullptr, false);
-    if (json.is_object() && json.contains("drain_seconds")) return json;
+    if (json.is_object() && json.contains(field)) return json;
   }
   return {};
 }
+
+// StopRequestFields returns the exit event's stop_request_* fields.
+std::map<std::string, double> StopRequestFields(const nlohmann::json& exit) {
+  std::map<std::string, double> fields;
+  for (const auto& [key, value] : exit.items()) {
+    if (key.starts_with("stop_request_")) fields[key] = value.get<double>();
+  }
+  return fields;
+}
+
+enum class Ending { kIdle, kStopWhileIdle, kStopWhileBusy, kLifetime, kSignal };
+
+class ExitEventTest : public ::testing::TestWithParam<Ending> {};
+
+// The exit event says what each field means, whatever ended the worker:
+// how long it lived, the lifetime drawn and the one configured, how long it
+// had been idle when the stop was requested (not the last poll reading),
+// and each source that asked, with the grace it asked for.
+TEST_P(ExitEventTest, FieldsSayWhatTheyMean) {
+  const Ending ending = GetParam();
+  std::vector<std::string> args = {"--log-format",
+                                   "json",
+                                   "--max-lifetime-grace-seconds",
+                                   "30",
+                                   "--task-kill-grace-seconds",
+                                   "1",
+                                   "--idle-poll-interval-seconds",
+                                   "0.2",
+                                   "--idle-timeout-seconds",
+                                   ending == Ending::kIdle ? "1" : "0"};
+  if (ending == Ending::kLifetime) {
+    args.insert(args.end(), {"--max-lifetime-seconds", "1.5"});
+  }
+  const TimePoint started = Now();
+  Daemon daemon(args);
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  auto connection = WorkerConnection::Open(daemon.address());
+  ASSERT_TRUE(connection.ok());
+  std::optional<testing::BackgroundDispatch> busy;
+  if (ending == Ending::kStopWhileBusy) {
+    busy.emplace(daemon.address(), ExecRequest({"sleep", "100"}), kTimeout);
+  } else if (ending == Ending::kStopWhileIdle || ending == Ending::kSignal) {
+    // Idle for a second at least, so that "0" could not pass.
+    ASSERT_TRUE(WaitFor([&] {
+      absl::StatusOr<double> idle = (*connection)->IdleTime(seconds(5));
+      return idle.ok() && *idle >= 1.0;
+    }));
+  }
+  const TimePoint asked = Now();
+  std::optional<std::thread> stop;
+  if (ending == Ending::kStopWhileIdle || ending == Ending::kStopWhileBusy) {
+    stop.emplace([&] { (void)(*connection)->Stop(seconds(1), kTimeout); });
+  } else if (ending == Ending::kSignal) {
+    ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
+  }
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0)) << daemon.log();
+  const double lived = Since(started);
+  if (stop) stop->join();
+  const nlohmann::json exit = JsonLine(daemon.log(), "exit_reason");
+  ASSERT_TRUE(exit.is_object()) << daemon.log();
+
+  const char* reason = ending == Ending::kIdle       ? "idle"
+                       : ending == Ending::kLifetime ? "max lifetime"
+                       : ending == Ending::kSignal   ? "signal"
+                                                     : "stop rpc";
+  EXPECT_EQ(exit["exit_reason"], reason);
+  const double uptime = exit["uptime_seconds"].get<double>();
+  EXPECT_GT(uptime, 0.0);
+  EXPECT_LE(uptime, lived) << "time lived, from the daemon's start";
+  const double idle = exit["idle_seconds"].get<double>();
+  switch (ending) {
+    case Ending::kIdle:
+      EXPECT_GE(idle, 1.0);
+      EXPECT_EQ(exit["idle_timeout_seconds"].get<double>(), 1.0);
+      break;
+    case Ending::kStopWhileBusy:
+      EXPECT_EQ(idle, 0.0) << "a job was in flight";
+      break;
+    case Ending::kLifetime:
+      EXPECT_GE(uptime, 1.5);
+      EXPECT_GT(idle, 1.0) << "idle since start";
+      break;
+    case Ending::kStopWhileIdle:
+    case Ending::kSignal:
+      EXPECT_GE(idle, 1.0) << "idle when the stop came, not 0";
+      EXPECT_LE(idle, ToSeconds(asked - started) + 0.5)
+          << "at the request, not later";
+      break;
+  }
+  EXPECT_LE(idle, uptime);
+  // The daemon pins the jitter to 0: drawn and configured agree.
+  const double lifetime = ending == Ending::kLifetime ? 1.5 : 43200;
+  EXPECT_EQ(exit["max_lifetime_seconds"].get<double>(), lifetime);
+  EXPECT_EQ(exit["max_lifetime_configured_seconds"].get<double>(), lifetime);
+  EXPECT_EQ(exit["max_lifetime_jitter_seconds"].get<double>(), 0.0);
+  const std::map<std::string, double> requests = StopRequestFields(exit);
+  switch (ending) {
+    case Ending::kIdle:
+      EXPECT_EQ(requests,
+                (std::map<std::string, double>{{"stop_request_idle", 30}}));
+      break;
+    case Ending::kLifetime:
+      EXPECT_EQ(
+          requests,
+          (std::map<std::string, double>{{"stop_request_max_lifetime", 30}}));
+      break;
+    case Ending::kSignal:
+      EXPECT_EQ(requests,
+                (std::map<std::string, double>{{"stop_request_sigterm", 0}}))
+          << "the signal grace";
+      break;
+    case Ending::kStopWhileIdle:
+    case Ending::kStopWhileBusy:
+      EXPECT_EQ(requests,
+                (std::map<std::string, double>{{"stop_request_stop_rpc", 1}}));
+      break;
+  }
+  if (busy) {
+    absl::StatusOr<JobOutcome> outcome = busy->Outcome();
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_EQ(outcome->failure, Failure::kCancelled);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Endings, ExitEventTest,
+                         ::testing::Values(Ending::kIdle,
+                                           Ending::kStopWhileIdle,
+                                           Ending::kStopWhileBusy,
+                                           Ending::kLifetime, Ending::kSignal),
+                         [](const auto& p) {
+                           switch (p.param) {
+                             case Ending::kIdle:
+                               return "Idle";
+                             case Ending::kStopWhileIdle:
+                               return "StopWhileIdle";
+                             case Ending::kStopWhileBusy:
+                               return "StopWhileBusy";
+                             case Ending::kLifetime:
+                               return "Lifetime";
+                             case Ending::kSignal:
+                               return "Signal";
+                           }
+                           return "";
+                         });
 
 enum class First { kLifetime, kStopRpc };
 enum class Second { kSigterm0, kSigterm2, kStopShorter, kStopLonger };
@@ -134,12 +253,13 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
   }
   Daemon daemon(args);
   ASSERT_GT(daemon.port(), 0) << daemon.log();
-  auto connection =
-      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  auto connection = WorkerConnection::Open(daemon.address());
   ASSERT_TRUE(connection.ok());
 
-  Job long_job(daemon.port(), ExecRequest({"sleep", "100"}));
-  Job short_job(daemon.port(), ExecRequest({"sleep", "1.5"}));
+  testing::BackgroundDispatch long_job(daemon.address(),
+                                       ExecRequest({"sleep", "100"}), kTimeout);
+  testing::BackgroundDispatch short_job(
+      daemon.address(), ExecRequest({"sleep", "1.5"}), kTimeout);
   const TimePoint short_started = Now();
 
   TimePoint first_at;
@@ -206,7 +326,7 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
   if (first_stop) first_stop->join();
   if (second_stop) second_stop->join();
 
-  const nlohmann::json drain = DrainLine(daemon.log());
+  const nlohmann::json drain = JsonLine(daemon.log(), "drain_seconds");
   ASSERT_FALSE(drain.is_null()) << daemon.log();
   EXPECT_EQ(drain["cancelled"].get<int>(), short_drains ? 1 : 2) << drain;
   EXPECT_EQ(drain["drained"].get<int>(), short_drains ? 1 : 0) << drain;
@@ -236,16 +356,27 @@ INSTANTIATE_TEST_SUITE_P(
                       Row{First::kStopRpc, Second::kStopLonger}),
     [](const auto& p) { return Name(p.param); });
 
+// Count returns how many times `what` occurs in `text`.
+size_t Count(const std::string& text, std::string_view what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != text.npos; ++at) ++n;
+  return n;
+}
+
 // 300 concurrent Stop(-1) calls while a job runs: every call waits for the
 // one drain without a thread of its own, and all are answered when it ends.
+// Their info lines are throttled (LogThrottle): one, and the count of the
+// rest at exit.
 TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
-  Daemon daemon({"--idle-timeout-seconds", "0", "--log-format", "json"});
+  Daemon daemon({"--idle-timeout-seconds", "0", "--log-format", "json",
+                 "--log-level", "debug"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
-  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  const std::string address = daemon.address();
   auto connection = WorkerConnection::Open(address);
   ASSERT_TRUE(connection.ok());
   ASSERT_TRUE((*connection)->IdleTime(seconds(5)).ok());
-  Job job(daemon.port(), ExecRequest({"sleep", "4"}));
+  testing::BackgroundDispatch job(daemon.address(), ExecRequest({"sleep", "4"}),
+                                  kTimeout);
   const int64_t threads_before = StatusNumber(daemon.pid(), "Threads");
   const int64_t rss_before = StatusNumber(daemon.pid(), "VmRSS");
 
@@ -276,14 +407,10 @@ TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
       calls.push_back(std::move(call));
     }
   }
-  // All 300 are in: the daemon logged each one.
+  // All 300 are in: at debug, the daemon logs each one.
   ASSERT_TRUE(WaitFor([&] {
-    const std::string log = daemon.log();
-    size_t n = 0;
-    for (size_t at = 0; (at = log.find("stop rpc: draining", at)) != log.npos;
-         ++at)
-      ++n;
-    return n == kChannels * kCallsPerChannel;
+    return Count(daemon.log(), "waits for the drain") ==
+           kChannels * kCallsPerChannel;
   }));
   const int64_t threads_during = StatusNumber(daemon.pid(), "Threads");
   const int64_t rss_during = StatusNumber(daemon.pid(), "VmRSS");
@@ -314,6 +441,12 @@ TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
   ASSERT_NE(log.find("drained in"), std::string::npos) << log;
   EXPECT_EQ(log.find("drained in"), log.rfind("drained in")) << "one drain";
   EXPECT_THAT(log, HasSubstr("stop rpc x300"));
+  // At info, a handful of lines, and what they held back is counted.
+  EXPECT_LE(Count(log, "stop rpc: draining"), 2u) << log;
+  EXPECT_TRUE(std::regex_search(
+      log, std::regex(R"(Stop call: \d+ more lines not logged|more like it)")))
+      << log;
+  EXPECT_THAT(log, HasSubstr("\"suppressed\":"));
   cq.Shutdown();
 }
 
@@ -325,7 +458,7 @@ TEST(StalledReaderTest, IsNeverToldToRetryAndTheWorkerStillExits) {
   Daemon daemon(
       {"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
-  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  const std::string address = daemon.address();
   absl::Notification two_events, resume;
   absl::StatusOr<JobOutcome> outcome;
   std::thread reader([&] {
@@ -389,10 +522,12 @@ std::vector<pid_t> LiveProcesses(const std::vector<pid_t>& groups) {
 TEST(HardDeathTest, JobsDieWithAWorkerKilledOutright) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--max-concurrent-tasks", "2"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
-  Job sleeper(daemon.port(), ExecRequest({"sleep", "100"}));
-  Job stubborn(
-      daemon.port(),
-      ExecRequest({"sh", "-c", "trap '' TERM; sleep 101; echo never"}));
+  testing::BackgroundDispatch sleeper(daemon.address(),
+                                      ExecRequest({"sleep", "100"}), kTimeout);
+  testing::BackgroundDispatch stubborn(
+      daemon.address(),
+      ExecRequest({"sh", "-c", "trap '' TERM; sleep 101; echo never"}),
+      kTimeout);
   std::vector<pid_t> groups;
   ASSERT_TRUE(WaitFor([&] {
     groups = testing::JobChildren(daemon.pid());
@@ -418,7 +553,7 @@ TEST(RetirementRaceTest, EveryDispatchRanOrMayBeRetried) {
     Daemon daemon({"--idle-timeout-seconds", "1",
                    "--idle-poll-interval-seconds", "0.25"});
     ASSERT_GT(daemon.port(), 0) << daemon.log();
-    const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+    const std::string address = daemon.address();
     // The worker became idle at about its start; retirement comes about 1 s
     // later, within a poll interval (0.25 s).
     const TimePoint start = Now();

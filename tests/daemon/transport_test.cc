@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "support/daemon.h"
 #include "support/feed.h"
+#include "support/raw_call.h"
 #include "support/temp_dir.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
@@ -219,6 +220,72 @@ TEST_P(TransportTest, TheClientCommandsSpeakIt) {
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
 }
 
+// Jobs are handles on every transport: a dispatch killed mid-job (SIGKILL,
+// with a detach grace) leaves its job running; `attach` from another
+// process gets all of its output and its own exit code; `jobs` lists what
+// the worker holds, with who dispatched it; `cancel` ends one job.
+TEST_P(TransportTest, AJobOutlivesItsCallerAndIsReadAgainAndCancelled) {
+  Daemon daemon(ServeArgs());
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  std::string flags;
+  for (const std::string& flag : ClientFlags(daemon))
+    absl::StrAppend(&flags, " '", flag, "'");
+  const std::string b = absl::StrCat("'", testing::Binary(), "'");
+  // The shell waits for the job to be listed, kills its dispatch, then
+  // attaches from another process.
+  const std::string script = absl::StrCat(
+      b, " dispatch", flags,
+      " --job-id handle --detach-grace-seconds -1 -- sh -c 'seq 1 20000; "
+      "sleep 1; exit 3' >/dev/null & p=$!; until ",
+      b, " jobs", flags, " | grep -q '^handle .* yes'; do sleep 0.05; done; ",
+      "kill -9 $p; ", b, " attach", flags, " handle; echo exit=$?; ", b,
+      " jobs", flags, " --format json");
+  CollectingJob handle(ExecRequest({"sh", "-c", script}));
+  ASSERT_EQ(RunExec(handle), JobOutcome::Exited(0)) << handle.err();
+  std::string numbers;
+  for (int i = 1; i <= 20000; ++i) absl::StrAppend(&numbers, i, "\n");
+  const std::string out = handle.out();
+  EXPECT_EQ(out.substr(0, numbers.size() + 7), numbers + "exit=3\n")
+      << handle.err();
+  EXPECT_THAT(out,
+              HasSubstr(R"("job_id":"handle","kind":"exec","state":"ended")"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat(
+                       R"("client":")",
+                       GetParam() == Transport::kTcp       ? "plaintext"
+                       : GetParam() == Transport::kTcpMtls ? "api.cfdb.internal"
+                                                           : "unix socket",
+                       R"(","program":"sh")")));
+
+  auto connection =
+      WorkerConnection::Open(AddressOf(daemon), ClientCredentials());
+  ASSERT_TRUE(connection.ok());
+  absl::StatusOr<JobOutcome> running;
+  std::thread job([&] {
+    running = (*connection)
+                  ->Dispatch(
+                      [] {
+                        JobRequest r = ExecRequest({"sleep", "300"});
+                        r.job_id = "sleeper";
+                        return r;
+                      }(),
+                      {}, seconds(60));
+  });
+  ASSERT_TRUE(testing::WaitFor([&] {
+    auto jobs = (*connection)->ListJobs(seconds(5));
+    return jobs.ok() && jobs->size() == 2;
+  }));
+  std::vector<std::string> cancel = {"cancel"};
+  const std::vector<std::string> client = ClientFlags(daemon);
+  cancel.insert(cancel.end(), client.begin(), client.end());
+  cancel.insert(cancel.end(), {"sleeper", "--grace-seconds", "0"});
+  CollectingJob cancelled(Command(cancel));
+  EXPECT_EQ(RunExec(cancelled), JobOutcome::Exited(0)) << cancelled.err();
+  EXPECT_THAT(cancelled.out(), HasSubstr("job sleeper failed: CANCELLED"));
+  job.join();
+  ASSERT_TRUE(running.ok()) << running.status();
+  EXPECT_EQ(running->failure, JobOutcome::Failure::kCancelled);
+}
+
 // A worker from before DispatchStream (here: a server of the same proto
 // implementing Dispatch alone, which echoes the request's stdin): dispatch
 // falls back to sending stdin whole in the request, none of it lost.
@@ -375,6 +442,19 @@ TEST(WoolCompatTest, IdleAndStopUnderWoolsNames) {
   wool_wire::IdleTime idle;
   ASSERT_TRUE(wool->idle(deadline().get(), wool_wire::Void(), &idle).ok());
   EXPECT_GT(idle.seconds(), 0.0);
+  // Wool's dispatch, and any other method nothing here serves: one line.
+  const grpc::Status dispatch = testing::CallRaw(
+      daemon.address(), "/wool.runtime.protobuf.wire.Worker/dispatch", "");
+  EXPECT_EQ(dispatch.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(dispatch.error_message(),
+            "cfdb-worker serves only Wool's idle and stop, not "
+            "/wool.runtime.protobuf.wire.Worker/dispatch");
+  const grpc::Status newer = testing::CallRaw(
+      daemon.address(), "/cfdb.worker.v1.Worker/FromTheFuture", "");
+  EXPECT_EQ(newer.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(newer.error_message(),
+              HasSubstr("does not serve /cfdb.worker.v1.Worker/FromTheFuture: "
+                        "it serves cfdb.worker.v1.Worker"));
 
   auto connection = WorkerConnection::Open(daemon.address());
   std::thread job([&] {
@@ -402,8 +482,9 @@ TEST(WoolCompatTest, OffByDefault) {
       daemon.address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   wool_wire::IdleTime idle;
-  EXPECT_EQ(wool->idle(&context, wool_wire::Void(), &idle).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  const grpc::Status status = wool->idle(&context, wool_wire::Void(), &idle);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("only with --wool-compat"));
 }
 
 }  // namespace

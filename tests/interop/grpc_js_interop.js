@@ -1,8 +1,10 @@
 // Interop with Node's @grpc/grpc-js: another gRPC stack, loading proto/ at
 // run time with @grpc/proto-loader, against real workers, once in
 // plaintext on loopback and once over mutual TLS. Idle, Dispatch of 3 MiB
-// of random bytes through `cat` (byte for byte), health Check, then Stop
-// with a grace that drains a job in flight.
+// of random bytes through `cat` (byte for byte), health Check, jobs as
+// handles (a detached job read again with Attach, ListJobs, Cancel, a
+// conditional Stop refused while busy), then Stop with a grace that drains
+// a job in flight.
 //
 //   NODE_PATH=build/node/node_modules node tests/interop/grpc_js_interop.js \
 //     BINARY PROTO_DIR
@@ -50,6 +52,11 @@ function makePki() {
       '-CAkey', file('ca.key'), '-CAcreateserial', '-days', '1',
       '-extfile', file(`${name}.ext`), '-out', file(`${name}.pem`));
     fs.chmodSync(file(`${name}.key`), 0o600);
+    // The run's keys, for tests/support/tmp_audit.sh.
+    if (process.env.CFDB_TEST_KEY_LOG) {
+      fs.appendFileSync(process.env.CFDB_TEST_KEY_LOG,
+        fs.readFileSync(file(`${name}.key`), 'utf8').split('\n')[1] + '\n');
+    }
     return { cert: file(`${name}.pem`), key: file(`${name}.key`) };
   };
   return {
@@ -103,6 +110,69 @@ function dispatch(client, argv, stdin = Buffer.alloc(0)) {
   });
 }
 
+// Detached: dispatches `argv` as job `jobId`, running on without limit once
+// its call is gone, and cancels the call once the job is accepted.
+function detached(client, jobId, argv) {
+  return new Promise((resolve, reject) => {
+    const call = client.Dispatch({
+      job_id: jobId, kind: 'exec', exec: { argv, env: {} },
+      detach_grace_seconds: -1,
+    }, { deadline: Date.now() + 60000 });
+    call.on('data', (event) => {
+      if (event.event === 'accepted') {
+        call.cancel();
+        resolve();
+      }
+    });
+    call.on('error', (err) => {
+      if (err.code !== grpc.status.CANCELLED) reject(err);
+    });
+  });
+}
+
+// Attach: resolves with the events of a job read again from offset 0.
+function attach(client, jobId) {
+  return new Promise((resolve, reject) => {
+    const call = client.Attach({ job_id: jobId },
+      { deadline: Date.now() + 60000 });
+    const events = [];
+    call.on('data', (event) => events.push(event));
+    call.on('error', reject);
+    call.on('end', () => resolve(events));
+  });
+}
+
+async function checkHandles(mode, client) {
+  await detached(client, 'node-handle',
+    ['sh', '-c', 'echo one; sleep 0.3; echo two; exit 4']);
+  const events = await attach(client, 'node-handle');
+  assert.equal(events[0].event, 'attached', `${mode}: attached first`);
+  const outputs = events.filter((e) => e.event === 'output');
+  assert.equal(Buffer.concat(outputs.map((e) => e.output.data)).toString(),
+    'one\ntwo\n', `${mode}: the detached job's output, read again`);
+  assert.deepEqual(outputs.map((e) => e.output.offset), [0, 4],
+    `${mode}: output carries its offsets`);
+  assert.equal(events[events.length - 1].exit.code, 4, `${mode}: its code`);
+
+  const jobs = await unary(client, 'ListJobs', {});
+  const listed = jobs.jobs.find((j) => j.job_id === 'node-handle');
+  assert.equal(listed.state, 'ENDED', `${mode}: listed as ended`);
+  assert.equal(listed.program, 'sh', `${mode}: listed with its program`);
+
+  await detached(client, 'node-sleeper', ['sleep', '30']);
+  const cancelled = await unary(client, 'Cancel',
+    { job_id: 'node-sleeper', grace_seconds: 0 });
+  assert.equal(cancelled.failure.reason, 'CANCELLED', `${mode}: Cancel`);
+
+  const busy = dispatch(client, ['sleep', '1']);
+  await new Promise((r) => setTimeout(r, 200));
+  await assert.rejects(
+    unary(client, 'Stop', { grace_seconds: 0, if_idle_for_seconds: 0 }),
+    (err) => err.code === grpc.status.FAILED_PRECONDITION,
+    `${mode}: a conditional stop is refused while busy`);
+  assert.equal((await busy).end.exit.code, 0, `${mode}: the job ran on`);
+}
+
 const waitExit = (child) => new Promise((resolve) => {
   if (child.exitCode !== null) resolve(child.exitCode);
   else child.on('exit', (code) => resolve(code));
@@ -129,6 +199,8 @@ async function check(mode, serveArgs, credentials, options) {
     const serving = await unary(health, 'Check', { service: '' });
     assert.equal(serving.status, 'SERVING', `${mode}: health SERVING`);
 
+    await checkHandles(mode, client);
+
     // The cat job's end reaches us a moment before it leaves the docket.
     const idleIs = async (busy) =>
       ((await unary(client, 'Idle', {})).seconds === 0) === busy;
@@ -148,7 +220,8 @@ async function check(mode, serveArgs, credentials, options) {
     assert.equal(await waitExit(worker.child), 0, `${mode}: the worker exited 0`);
     client.close();
     health.close();
-    console.log(`${mode}: Idle, Dispatch (3 MiB byte-exact), health, Stop: ok`);
+    console.log(`${mode}: Idle, Dispatch (3 MiB byte-exact), health, ` +
+      'Attach, ListJobs, Cancel, a conditional Stop, Stop: ok');
   } finally {
     worker.child.kill('SIGKILL');
   }
@@ -161,7 +234,8 @@ async function main() {
     const read = (f) => fs.readFileSync(f);
     await check('mutual TLS',
       ['--tls-ca', pki.ca, '--tls-cert', pki.worker.cert, '--tls-key',
-        pki.worker.key, '--tls-admit-control', 'api.cfdb.internal'],
+        pki.worker.key, '--tls-admit-control', 'api.cfdb.internal',
+        '--tls-admit-observe', 'worker.cfdb.internal'],
       grpc.credentials.createSsl(read(pki.ca), read(pki.api.key),
         read(pki.api.cert)),
       { 'grpc.ssl_target_name_override': 'worker.cfdb.internal' });

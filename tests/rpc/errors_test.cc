@@ -1,9 +1,45 @@
 #include "cfdb/worker/errors.h"
 
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace cfdb::worker {
 namespace {
+
+// The case table both clients are checked against (tests/data).
+TEST(ClassifyErrorTest, EveryCaseOfTheSharedTable) {
+  std::ifstream file(CFDB_ERROR_CASES);
+  ASSERT_TRUE(file) << CFDB_ERROR_CASES;
+  const nlohmann::json table = nlohmann::json::parse(file);
+  const std::map<std::string, Rpc> rpcs = {
+      {"Idle", Rpc::kIdle},         {"Stop", Rpc::kStop},
+      {"Dispatch", Rpc::kDispatch}, {"Health", Rpc::kHealth},
+      {"Attach", Rpc::kAttach},     {"ListJobs", Rpc::kListJobs},
+      {"Cancel", Rpc::kCancel}};
+  ASSERT_FALSE(table["cases"].empty());
+  for (const nlohmann::json& c : table["cases"]) {
+    const std::string what = c.dump();
+    absl::StatusCode code = absl::StatusCode::kOk;
+    for (int i = 1; i <= 16; ++i) {
+      if (absl::StatusCodeToString(static_cast<absl::StatusCode>(i)) ==
+          c["code"].get<std::string>()) {
+        code = static_cast<absl::StatusCode>(i);
+      }
+    }
+    ASSERT_NE(code, absl::StatusCode::kOk) << what;
+    ASSERT_TRUE(rpcs.contains(c["rpc"])) << what;
+    absl::Status status(code, c["message"].get<std::string>());
+    if (c["accepted"].get<bool>()) status = MarkAccepted(status);
+    const ErrorKind kind = ClassifyError(rpcs.at(c["rpc"]), status);
+    EXPECT_EQ(ErrorKindName(kind), c["kind"].get<std::string>()) << what;
+    EXPECT_EQ(ExitCodeFor(kind), c["exit_code"].get<int>()) << what;
+  }
+}
 
 TEST(ClassifyErrorTest, UnimplementedIdleIsIdleUnavailable) {
   EXPECT_EQ(ClassifyError(Rpc::kIdle, absl::UnimplementedError("")),
@@ -17,7 +53,8 @@ TEST(ClassifyErrorTest, UnimplementedIdleIsIdleUnavailable) {
 // has its kind.
 TEST(ClassifyErrorTest, EveryCodeBeforeAcceptanceHasItsKind) {
   using C = absl::StatusCode;
-  for (const Rpc rpc : {Rpc::kIdle, Rpc::kStop, Rpc::kDispatch, Rpc::kHealth}) {
+  for (const Rpc rpc : {Rpc::kIdle, Rpc::kStop, Rpc::kDispatch, Rpc::kHealth,
+                        Rpc::kAttach, Rpc::kListJobs, Rpc::kCancel}) {
     for (int i = 1; i <= 16; ++i) {
       const auto code = static_cast<C>(i);
       const ErrorKind kind = ClassifyError(rpc, absl::Status(code, "x"));
@@ -32,6 +69,18 @@ TEST(ClassifyErrorTest, EveryCodeBeforeAcceptanceHasItsKind) {
           break;
         case C::kPermissionDenied:
           want = ErrorKind::kPermissionDenied;
+          break;
+        case C::kAlreadyExists:
+          want = ErrorKind::kAlreadyExists;
+          break;
+        case C::kNotFound:
+          want = rpc == Rpc::kAttach || rpc == Rpc::kCancel
+                     ? ErrorKind::kNotFound
+                     : ErrorKind::kRpcError;
+          break;
+        case C::kFailedPrecondition:
+          want =
+              rpc == Rpc::kStop ? ErrorKind::kStillBusy : ErrorKind::kRpcError;
           break;
         case C::kDeadlineExceeded:
           want = rpc == Rpc::kDispatch ? ErrorKind::kMaybeStarted

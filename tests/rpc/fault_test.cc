@@ -112,7 +112,7 @@ TEST_F(FaultTest, RequestOverTheMessageLimitFailsOncePermanently) {
                                 grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Worker::NewStub(channel);
   JobRequest request = ExecRequest({"cat"});
-  MutableExec(request).stdin_data.assign(wire::kMaxMessageBytes + 1024, 'x');
+  MutableExec(request).stdin_data.assign(kMaxMessageBytes + 1024, 'x');
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kTimeout);
   auto reader = stub->Dispatch(&ctx, wire::ToProto(request));
@@ -129,7 +129,7 @@ TEST_F(FaultTest, RequestOverTheMessageLimitFailsOncePermanently) {
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(outcome.status().message()),
               HasSubstr(absl::StrCat("more than the limit of ",
-                                     wire::kMaxMessageBytes, " bytes")));
+                                     kMaxMessageBytes, " bytes")));
   EXPECT_EQ(ClassifyError(Rpc::kDispatch, outcome.status()),
             ErrorKind::kRpcError);
 
@@ -299,9 +299,9 @@ TEST(FaultWorkerTest, DestroyingAWorkerRightAfterItsLastJobIsSafe) {
                 {.run = [](JobContext&) { return JobOutcome::Exited(0); }})
             .ok());
     JobRequest request;
-    request.job_id = absl::StrCat("noop-", i);
     request.kind = "noop";
     for (int k = 0; k < 4; ++k) {
+      request.job_id = absl::StrCat("noop-", i, "-", k);
       ASSERT_TRUE(
           worker.Dispatch(std::make_shared<CollectingJob>(request)).ok());
     }
@@ -316,8 +316,7 @@ TEST(FaultDaemonTest, TinyFdLimitFailsAJobNotTheDaemon) {
                  "--task-kill-grace-seconds", "1"},
                 {"prlimit", "--nofile=48:48"});
   ASSERT_GT(daemon.port(), 0) << daemon.log();
-  auto connection =
-      WorkerConnection::Open(absl::StrCat("127.0.0.1:", daemon.port()));
+  auto connection = WorkerConnection::Open(daemon.address());
   ASSERT_TRUE(connection.ok());
   WorkerConnection& conn = **connection;
   ASSERT_TRUE(conn.IdleTime(kTimeout).ok()) << "one channel, opened up front";
@@ -378,7 +377,7 @@ TEST(FaultDaemonTest, ClientThatNeverReadsBlocksTheJobNotTheWorkersMemory) {
   Daemon daemon(
       {"--idle-timeout-seconds", "0", "--task-kill-grace-seconds", "1"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
-  const std::string address = absl::StrCat("127.0.0.1:", daemon.port());
+  const std::string address = daemon.address();
   auto connection = WorkerConnection::Open(address);
   ASSERT_TRUE(connection.ok());
   ASSERT_TRUE((*connection)->IdleTime(kTimeout).ok());

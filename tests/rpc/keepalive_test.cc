@@ -72,7 +72,7 @@ TEST_F(KeepaliveTest, ASilentJobOutlivesAClientPingingEveryTenSeconds) {
   v1::DispatchEvent event;
   while (reader->Read(&event)) {
     if (event.has_output()) out += event.output().data();
-    if (auto o = wire::OutcomeFromEvent(event)) outcome = o;
+    if (auto o = wire::OutcomeOf(event)) outcome = o;
   }
   const grpc::Status status = reader->Finish();
   EXPECT_TRUE(status.ok()) << status.error_code() << ": "
@@ -82,15 +82,16 @@ TEST_F(KeepaliveTest, ASilentJobOutlivesAClientPingingEveryTenSeconds) {
 }
 
 // A client that stops answering (its process stopped: the kernel still
-// holds the connection open, nothing answers the server's pings) has its
-// job cancelled within the server's keepalive time + timeout.
+// holds the connection open, nothing answers the server's pings) is gone
+// within the server's keepalive time + timeout: its job, whose detach
+// grace is 0, is cancelled then.
 TEST_F(KeepaliveTest, AClientThatVanishesHasItsJobCancelled) {
   Start({.address = "127.0.0.1:0",
          .keepalive_time = seconds(1),
          .keepalive_timeout = seconds(1)});
   testing::CollectingJob client(
-      testing::Command({"dispatch", "--address", address(), "--no-stdin", "--",
-                        "sleep", "100"}));
+      testing::Command({"dispatch", "--address", address(), "--no-stdin",
+                        "--detach-grace-seconds", "0", "--", "sleep", "100"}));
   std::thread runner([&] { RunExec(client); });
   ASSERT_TRUE(
       testing::WaitFor([&] { return worker_->docket().in_flight() == 1; }));

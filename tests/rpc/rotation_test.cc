@@ -1,17 +1,23 @@
 // Certificates that rotate without a failed handshake (CredentialMirror),
 // and a server identity checked by SANs only (issue 13). The swaps run
 // against the daemon, the way an operator rotates a worker's files.
+#include <fcntl.h>
+#include <signal.h>
+
 #include <atomic>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
+#include "support/proc_util.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
 
@@ -82,6 +88,36 @@ class Prober {
   std::thread thread_;
 };
 
+// KeyCopies returns the files under /tmp but `pki` (where the test keeps
+// its own), written since `since`, that hold a line of `key`'s PEM body:
+// copies of a worker's key on disk.
+std::vector<std::string> KeyCopies(const std::string& key,
+                                   const std::string& pki,
+                                   fs::file_time_type since) {
+  std::vector<std::string> lines = absl::StrSplit(key, '\n');
+  const std::string needle = lines.size() > 1 ? lines[1] : key;
+  std::vector<std::string> copies;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(
+           "/tmp", fs::directory_options::skip_permission_denied, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (it->path() == pki) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    std::error_code stat;
+    if (!it->is_regular_file(stat) || it->last_write_time(stat) < since ||
+        it->file_size(stat) > (1 << 20)) {
+      continue;
+    }
+    if (TestPki::ReadFile(it->path()).find(needle) != std::string::npos) {
+      copies.push_back(it->path());
+    }
+  }
+  return copies;
+}
+
 class RotationTest : public ::testing::Test {
  protected:
   RotationTest()
@@ -96,8 +132,7 @@ class RotationTest : public ::testing::Test {
 
   // Start serves with a mirror of `cert` and `key`.
   void Start(const std::string& cert, const std::string& key) {
-    auto mirror = CredentialMirror::Start(Settings(pki_.ca().cert, cert, key),
-                                          pki_.dir());
+    auto mirror = CredentialMirror::Start(Settings(pki_.ca().cert, cert, key));
     ASSERT_TRUE(mirror.ok()) << mirror.status();
     mirror_ = *std::move(mirror);
     worker_ =
@@ -116,6 +151,16 @@ class RotationTest : public ::testing::Test {
     return (*c)->IdleTime(seconds(2)).ok();
   }
 
+  // ServeTheOldSet serves the old set from live/ (Serve) and returns when
+  // it began, for KeyCopies.
+  fs::file_time_type ServeTheOldSet() {
+    const auto since = fs::file_time_type::clock::now();
+    fs::copy_file(old_.cert, live_ + "/cert.pem");
+    fs::copy_file(old_.key, live_ + "/key.pem");
+    Serve();
+    return since;
+  }
+
   // Serve runs the daemon on the files in live/, re-read every second,
   // polling itself every 100 ms.
   void Serve() {
@@ -125,7 +170,7 @@ class RotationTest : public ::testing::Test {
         "--idle-timeout-seconds", "600", "--idle-poll-interval-seconds", "0.1",
         "--log-level", "debug"});
     ASSERT_GT(daemon_->port(), 0) << daemon_->log();
-    address_ = absl::StrCat("127.0.0.1:", daemon_->port());
+    address_ = daemon_->address();
     ASSERT_TRUE(daemon_->WaitForLog("idle poll: idle"));
   }
 
@@ -161,6 +206,116 @@ class RotationTest : public ::testing::Test {
   std::unique_ptr<WorkerServer> server_;
   std::string address_;
 };
+
+// ErrorLines counts the daemon's ERRORs about its TLS credentials.
+int ErrorLines(const std::string& log) {
+  int n = 0;
+  for (size_t at = 0;
+       (at = log.find(" error TLS credentials: ", at)) != std::string::npos;
+       ++at) {
+    ++n;
+  }
+  return n;
+}
+
+// Rotating to a set the worker's self-poll could not succeed with: the last
+// good set stays, and each bad set is said once, as an ERROR.
+TEST_F(RotationTest, ABadSetKeepsTheOldOneWithOneError) {
+  ServeTheOldSet();
+  const Pem cn_only =
+      pki_.Issue("cn-only", "127.0.0.1", {}, &pki_.ca(), 0, 3600);
+  const Pem no_loopback =
+      pki_.Leaf("no-loopback", {absl::StrCat("DNS:", kWorker)});
+  const Pem foreign = pki_.Issue("foreign", "foreign", {"IP:127.0.0.1"},
+                                 &pki_.other_ca(), 0, 3600);
+  const Pem other = pki_.Leaf("other", {"IP:127.0.0.1"});
+  struct Bad {
+    const char* name;
+    std::string cert, key;
+    const char* says;
+  };
+  int errors = 0;
+  for (const Bad& bad :
+       {Bad{"CN only", cn_only.cert, cn_only.key, "(SANs: none;"},
+        Bad{"not the identity the self-poll verifies", no_loopback.cert,
+            no_loopback.key, "no SAN for '127.0.0.1'"},
+        Bad{"another CA", foreign.cert, foreign.key,
+            "does not verify against the CA"},
+        Bad{"a key of another certificate", old_.cert, other.key,
+            "does not belong to the certificate"}}) {
+    Replace(bad.cert, live_ + "/cert.pem");
+    Replace(bad.key, live_ + "/key.pem");
+    ASSERT_TRUE(testing::WaitFor(
+        [&] { return ErrorLines(daemon_->log()) > errors; }, seconds(15)))
+        << bad.name;
+    ++errors;
+    const std::string log = daemon_->log();
+    const std::string last = log.substr(log.rfind(" error TLS credentials: "));
+    EXPECT_THAT(last.substr(0, last.find('\n')), HasSubstr(bad.says))
+        << bad.name;
+    EXPECT_TRUE(Presents(kWorker) && Presents(""))
+        << bad.name << ": the old certificate is still presented";
+  }
+  // Two more reads of the last bad set: said once.
+  std::this_thread::sleep_for(milliseconds(2500));
+  EXPECT_EQ(ErrorLines(daemon_->log()), errors);
+  // A bad set served would fail the self-poll's handshakes (a poll past its
+  // 0.1 s deadline on a loaded machine is another matter).
+  EXPECT_THAT(daemon_->log(), Not(HasSubstr("handshake error")));
+}
+
+// ExpectNoKeyCopyAfterTheKill SIGKILLs the daemon and expects no copy of
+// `keys` (paths of the originals) written to disk since `since`, a second
+// later.
+void ExpectNoKeyCopyAfterTheKill(testing::Daemon& daemon, const TestPki& pki,
+                                 const std::vector<std::string>& keys,
+                                 fs::file_time_type since) {
+  ASSERT_EQ(kill(daemon.pid(), SIGKILL), 0);
+  EXPECT_EQ(daemon.Wait(), JobOutcome::Signaled(SIGKILL));
+  std::this_thread::sleep_for(seconds(1));
+  for (const std::string& key : keys) {
+    EXPECT_THAT(KeyCopies(TestPki::ReadFile(key), pki.dir(), since),
+                ::testing::IsEmpty());
+  }
+}
+
+// The worker holds its key copy in memory only, so a SIGKILL leaves none
+// on disk.
+TEST_F(RotationTest, AKilledWorkerLeavesNoKeyCopy) {
+  const auto since = ServeTheOldSet();
+  std::string fds;
+  for (const auto& fd :
+       fs::directory_iterator(absl::StrCat("/proc/", daemon_->pid(), "/fd"))) {
+    std::error_code ec;
+    fds += fs::read_symlink(fd.path(), ec).string() + "\n";
+  }
+  EXPECT_THAT(fds, HasSubstr("/memfd:cfdb-worker-tls-key-and-cert"));
+  ExpectNoKeyCopyAfterTheKill(*daemon_, pki_, {old_.key}, since);
+}
+
+// Nor does it when its job guard died first.
+TEST_F(RotationTest, AWorkerKilledAfterItsGuardLeavesNoKeyCopy) {
+  const auto since = ServeTheOldSet();
+  std::optional<pid_t> guard;
+  for (const pid_t child : testing::Children(daemon_->pid())) {
+    if (testing::Comm(child) == "cfdb-job-guard") guard = child;
+  }
+  ASSERT_TRUE(guard.has_value());
+  ASSERT_EQ(kill(*guard, SIGKILL), 0);
+  ExpectNoKeyCopyAfterTheKill(*daemon_, pki_, {old_.key}, since);
+}
+
+// Nor when it is killed while a new set comes in.
+TEST_F(RotationTest, AWorkerKilledDuringARotationLeavesNoKeyCopy) {
+  const auto since = ServeTheOldSet();
+  Replace(new_.key, live_ + "/key.pem");
+  Replace(new_.cert, live_ + "/cert.pem");
+  ASSERT_TRUE(daemon_->WaitForLog("a new set is current"));
+  Replace(old_.key, live_ + "/key.pem");
+  Replace(old_.cert, live_ + "/cert.pem");
+  std::this_thread::sleep_for(milliseconds(990));  // at the next read
+  ExpectNoKeyCopyAfterTheKill(*daemon_, pki_, {old_.key, new_.key}, since);
+}
 
 // The README's procedure with the files out of step for 1.5 s, in both
 // orders: the worker keeps the last good pair meanwhile.
@@ -247,18 +402,23 @@ TEST_F(RotationTest, ACertificateOfAnotherCaIsNeverInstalled) {
   EXPECT_TRUE(Presents(kWorker));
 }
 
-// The mirror's files are the worker's alone, and go with it.
-TEST_F(RotationTest, TheMirrorIsPrivateAndRemovedWithIt) {
+// The mirror is in memory only: its files are descriptors of this process
+// (the key and its certificate in one), and nothing of it is on disk.
+TEST_F(RotationTest, TheMirrorIsInMemoryOnly) {
   Start(old_.cert, old_.key);
-  const std::string dir = mirror_->directory();
-  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all,
-            fs::perms::owner_all);
-  EXPECT_EQ(fs::status(mirror_->credentials().key_file).permissions() &
-                fs::perms::all,
-            fs::perms::owner_read | fs::perms::owner_write);
-  server_.reset();
-  mirror_.reset();
-  EXPECT_FALSE(fs::exists(dir));
+  const Credentials& served = mirror_->credentials();
+  EXPECT_THAT(served.key_file, ::testing::StartsWith("/proc/self/fd/"));
+  EXPECT_EQ(served.cert_file, served.key_file);
+  EXPECT_EQ(fs::read_symlink(served.key_file).string().rfind("/memfd:", 0), 0u)
+      << fs::read_symlink(served.key_file);
+  const std::string pair = TestPki::ReadFile(served.key_file);
+  EXPECT_EQ(pair, TestPki::ReadFile(old_.key) + TestPki::ReadFile(old_.cert));
+  EXPECT_EQ(TestPki::ReadFile(served.ca_file),
+            TestPki::ReadFile(pki_.ca().cert));
+  EXPECT_EQ(
+      fcntl(std::stoi(served.key_file.substr(14)), F_GET_SEALS) & F_SEAL_WRITE,
+      F_SEAL_WRITE)
+      << "a set never changes once current";
 }
 
 // PEMs given inline (as from variables) are served from the mirror's
@@ -275,7 +435,8 @@ TEST_F(RotationTest, InlinePemsAreServedFromTheMirrorsFiles) {
   const Credentials& served = (*mirror)->credentials();
   EXPECT_TRUE(served.key_pem.empty() && served.cert_pem.empty() &&
               served.ca_pem.empty());
-  EXPECT_EQ(TestPki::ReadFile(served.key_file), TestPki::ReadFile(old_.key));
+  EXPECT_EQ(TestPki::ReadFile(served.key_file),
+            TestPki::ReadFile(old_.key) + TestPki::ReadFile(old_.cert));
 }
 
 // A client accepts the worker by SANs only: a certificate whose Common

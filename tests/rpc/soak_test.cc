@@ -26,12 +26,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cfdb/worker/clock.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "cfdb/worker/worker.h"
-#include "daemon/backoff.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rpc/wire.h"
@@ -175,14 +175,13 @@ class SoakTest : public ::testing::Test {
   // RunJob dispatches one job of `plan` until the docket has room for it
   // (a full docket is RESOURCE_EXHAUSTED, counted, then retried).
   void RunJob(v1::Worker::Stub& stub, Plan plan, int i) {
-    // A full docket is retried like the client commands retry: with the
-    // project's Backoff (a fixed 5 ms here; nothing else can tell us room).
-    Backoff backoff(milliseconds(5), 1, milliseconds(5));
+    // A full docket is retried after a fixed 5 ms (nothing else can tell
+    // us room), waiting on the monotonic clock as every wait does.
+    const SteadyClock& clock = SteadyClock::Get();
     Shutdown never;
     for (int attempt = 0; attempt < 1000; ++attempt) {
       if (!TryJob(stub, plan, i)) return;
-      backoff.Failed();
-      backoff.Wait(never.watcher());
+      clock.WaitUntil(clock.Now() + milliseconds(5), never.watcher());
     }
     ADD_FAILURE() << "soak-" << i << ": the docket stayed full";
   }
@@ -225,7 +224,7 @@ class SoakTest : public ::testing::Test {
         }
         continue;
       }
-      outcome = wire::OutcomeFromEvent(event);
+      outcome = wire::OutcomeOf(event);
       EXPECT_TRUE(outcome.has_value()) << request.job_id << ": unknown event";
       ++terminal;
     }
@@ -324,7 +323,7 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   auto channel = grpc::CreateCustomChannel(
       address, grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Worker::NewStub(channel);
@@ -390,7 +389,7 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
           absl::MutexLock lock(&running_mu);
           ++running;
         }
-        if (auto o = wire::OutcomeFromEvent(event)) outcome = o;
+        if (auto o = wire::OutcomeOf(event)) outcome = o;
       }
       EXPECT_TRUE(reader->Finish().ok());
       ASSERT_TRUE(outcome.has_value());

@@ -14,11 +14,12 @@
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
-#include "daemon/retirement.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "support/background_dispatch.h"
 #include "support/feed.h"
+#include "support/served_worker.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -33,61 +34,7 @@ namespace v1 = ::cfdb::worker::v1;
 
 constexpr auto kTimeout = seconds(30);
 
-class WorkerTest : public ::testing::Test {
- protected:
-  void SetUp() override { Start(4); }
-
-  void Start(std::size_t max_concurrent_tasks) {
-    server_.reset();
-    worker_ = std::make_unique<Worker>(
-        WorkerOptions{.max_concurrent_tasks = max_concurrent_tasks,
-                      .task_kill_grace = seconds(5)});
-    ASSERT_TRUE(worker_->RegisterKind(kExecKind, ExecKind()).ok());
-    ASSERT_TRUE(worker_
-                    ->RegisterKind("echo", {.run =
-                                                [](JobContext& ctx) {
-                                                  ctx.Emit(
-                                                      OutputStream::kStdout,
-                                                      ctx.request().payload);
-                                                  return JobOutcome::Exited(0);
-                                                }})
-                    .ok());
-    auto server = WorkerServer::Start(*worker_, {.address = "127.0.0.1:0"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    connection_ = Connect();
-  }
-
-  std::unique_ptr<WorkerConnection> Connect() {
-    auto connection =
-        WorkerConnection::Open(absl::StrCat("127.0.0.1:", server_->port()));
-    EXPECT_TRUE(connection.ok());
-    return *std::move(connection);
-  }
-
-  // RunInBackground dispatches `request` on its own connection and thread;
-  // returns once the worker accepted it.
-  std::thread RunInBackground(JobRequest request,
-                              absl::StatusOr<JobOutcome>* outcome,
-                              std::string* out = nullptr) {
-    auto accepted = std::make_shared<absl::Notification>();
-    std::thread t([this, request, outcome, out, accepted] {
-      DispatchCallbacks callbacks;
-      callbacks.on_accepted = [accepted] { accepted->Notify(); };
-      callbacks.on_output = [out](OutputStream, std::string_view data) {
-        if (out != nullptr) out->append(data);
-      };
-      *outcome = Connect()->Dispatch(request, callbacks);
-      if (!accepted->HasBeenNotified()) accepted->Notify();
-    });
-    accepted->WaitForNotificationWithTimeout(absl::Seconds(30));
-    return t;
-  }
-
-  std::unique_ptr<Worker> worker_;
-  std::unique_ptr<WorkerServer> server_;
-  std::unique_ptr<WorkerConnection> connection_;
-};
+using WorkerTest = testing::ServedWorkerTest;
 
 TEST_F(WorkerTest, FreshWorkerIdleIsPositiveAndNonDecreasing) {
   absl::StatusOr<double> first = connection_->IdleTime(kTimeout);
@@ -99,13 +46,12 @@ TEST_F(WorkerTest, FreshWorkerIdleIsPositiveAndNonDecreasing) {
 }
 
 TEST_F(WorkerTest, IdleIsZeroWhileAJobIsInFlight) {
-  absl::StatusOr<JobOutcome> outcome;
-  std::thread job = RunInBackground(ExecRequest({"sleep", "300"}), &outcome);
+  testing::BackgroundDispatch job(address(), ExecRequest({"sleep", "300"}));
   absl::StatusOr<double> idle = connection_->IdleTime(kTimeout);
   ASSERT_TRUE(idle.ok()) << idle.status();
   EXPECT_EQ(*idle, 0.0);
   worker_->Stop(Duration::zero());
-  job.join();
+  const absl::StatusOr<JobOutcome> outcome = job.Outcome();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->failure, Failure::kCancelled);
 }
@@ -144,8 +90,7 @@ TEST_F(WorkerTest, HealthIsServingUntilTheDrainBegins) {
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, WorkerConnection::ServingStatus::kServing);
 
-  absl::StatusOr<JobOutcome> outcome;
-  std::thread job = RunInBackground(ExecRequest({"sleep", "300"}), &outcome);
+  testing::BackgroundDispatch job(address(), ExecRequest({"sleep", "300"}));
   absl::Notification draining;
   worker_->OnStopping([&] { draining.Notify(); });
   std::thread stopper([this] { worker_->Stop(seconds(300)); });
@@ -156,7 +101,7 @@ TEST_F(WorkerTest, HealthIsServingUntilTheDrainBegins) {
       << "a draining worker takes no new work";
   worker_->Stop(Duration::zero());
   stopper.join();
-  job.join();
+  (void)job.Outcome();
 }
 
 TEST_F(WorkerTest, ClosedConnectionRefusesCallsAndASecondClose) {
@@ -177,13 +122,12 @@ TEST_F(WorkerTest, NonPositiveTimeoutIsRejectedWithoutACall) {
 }
 
 TEST_F(WorkerTest, DrainLetsARunningJobFinishWithinTheGrace) {
-  absl::StatusOr<JobOutcome> outcome;
-  std::string out;
-  std::thread job = RunInBackground(
-      ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}), &outcome, &out);
+  testing::BackgroundDispatch job(
+      address(), ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}));
   absl::StatusOr<StopSummary> stopped =
       connection_->Stop(seconds(60), kTimeout);
-  job.join();
+  const absl::StatusOr<JobOutcome> outcome = job.Outcome();
+  const std::string out = job.out();
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(stopped->drained, 1u);
   EXPECT_EQ(stopped->cancelled, 0u);
@@ -193,13 +137,12 @@ TEST_F(WorkerTest, DrainLetsARunningJobFinishWithinTheGrace) {
 }
 
 TEST_F(WorkerTest, StopWithoutGraceCancelsARunningJob) {
-  absl::StatusOr<JobOutcome> outcome;
-  std::string out;
-  std::thread job = RunInBackground(
-      ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}), &outcome, &out);
+  testing::BackgroundDispatch job(
+      address(), ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}));
   absl::StatusOr<StopSummary> stopped =
       connection_->Stop(Duration::zero(), kTimeout);
-  job.join();
+  const absl::StatusOr<JobOutcome> outcome = job.Outcome();
+  const std::string out = job.out();
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(stopped->cancelled, 1u);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -216,15 +159,14 @@ TEST_F(WorkerTest, StoppingWorkerRefusesNewJobsAsUnavailable) {
 
 TEST_F(WorkerTest, FullDocketRefusesWithResourceExhausted) {
   Start(1);
-  absl::StatusOr<JobOutcome> first;
-  std::thread job = RunInBackground(ExecRequest({"sleep", "300"}), &first);
+  testing::BackgroundDispatch job(address(), ExecRequest({"sleep", "300"}));
   absl::StatusOr<JobOutcome> second =
       connection_->Dispatch(ExecRequest({"true"}), {});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(ClassifyError(Rpc::kDispatch, second.status()),
             ErrorKind::kTransient);
   worker_->Stop(Duration::zero());
-  job.join();
+  (void)job.Outcome();
 }
 
 TEST_F(WorkerTest, RefusedDispatchDoesNotResetIdle) {

@@ -11,6 +11,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cfdb/worker/exec.h"
@@ -63,26 +64,25 @@ inline std::vector<std::string> HeapLikeProduction() {
 #endif
 }
 
-// Daemon runs `cfdb-worker serve --port 0 ARGS` on a thread of its own and
-// reads the port and pid from its "listening on" log line. A `wrapper`
-// (e.g. {"prlimit", "--nofile=64"}) runs the daemon through a program that
-// execs it.
+// Program is a binary that serves as `cfdb-worker serve` does and takes its
+// flags (cfdb::worker::Serve), e.g. one of examples/.
+struct Program {
+  std::string path;
+};
+
+// Daemon runs `cfdb-worker serve --port 0 ARGS` (or `PROGRAM --port 0
+// ARGS`) on a thread of its own and reads the port and pid from its
+// "listening on" log line. A `wrapper` (e.g. {"prlimit", "--nofile=64"})
+// runs the daemon through a program that execs it.
 class Daemon {
  public:
   // `wrapper` runs the daemon, e.g. {"unshare", "--pid", "--fork"}.
   explicit Daemon(std::vector<std::string> args,
                   std::vector<std::string> wrapper = {})
-      : job_(Wrapped(Command(Serve(args)), wrapper)) {
-    thread_ = std::thread([this] { outcome_ = RunExec(job_); });
-    EXPECT_TRUE(job_.WaitForOutput("listening on"));
-    std::smatch m;
-    const std::string log = job_.err();
-    if (std::regex_search(
-            log, m,
-            std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
-      port_ = std::stoi(m[1]);
-      pid_ = std::stoi(m[2]);
-    }
+      : Daemon(std::in_place, Wrapped(ServeCommand(std::move(args)), wrapper)) {
+  }
+  Daemon(const Program& program, std::vector<std::string> args)
+      : Daemon(std::in_place, ProgramCommand(program, Serve(std::move(args)))) {
   }
   ~Daemon() {
     if (thread_.joinable()) {
@@ -103,10 +103,34 @@ class Daemon {
   pid_t pid() const { return pid_; }
 
  private:
+  // Runs `request`, a command that serves.
+  Daemon(std::in_place_t, JobRequest request) : job_(std::move(request)) {
+    thread_ = std::thread([this] { outcome_ = RunExec(job_); });
+    EXPECT_TRUE(job_.WaitForOutput("listening on"));
+    std::smatch m;
+    const std::string log = job_.err();
+    if (std::regex_search(
+            log, m,
+            std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
+      port_ = std::stoi(m[1]);
+      pid_ = std::stoi(m[2]);
+    }
+  }
   static JobRequest Wrapped(JobRequest request,
                             const std::vector<std::string>& wrapper) {
     MutableExec(request).argv.insert(MutableExec(request).argv.begin(),
                                      wrapper.begin(), wrapper.end());
+    return request;
+  }
+  static JobRequest ServeCommand(std::vector<std::string> args) {
+    args = Serve(std::move(args));
+    args.insert(args.begin(), "serve");
+    return Command(std::move(args));
+  }
+  static JobRequest ProgramCommand(const Program& program,
+                                   std::vector<std::string> args) {
+    JobRequest request = Command(std::move(args));
+    MutableExec(request).argv[0] = program.path;
     return request;
   }
   // Serve also pins the lifetime jitter to 0 unless the test sets it, so
@@ -116,7 +140,7 @@ class Daemon {
         args.end()) {
       args.insert(args.begin(), {"--max-lifetime-jitter-seconds", "0"});
     }
-    args.insert(args.begin(), {"serve", "--port", "0"});
+    args.insert(args.begin(), {"--port", "0"});
     return args;
   }
   CollectingJob job_;

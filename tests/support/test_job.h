@@ -1,10 +1,12 @@
 // CollectingJob: a Job for tests that keeps its output and outcome.
 #pragma once
 
+#include <atomic>
 #include <ostream>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "cfdb/worker/exec.h"
 #include "cfdb/worker/worker.h"
 
@@ -73,9 +75,38 @@ class CollectingJob final : public Job {
   std::optional<JobOutcome> outcome_ ABSL_GUARDED_BY(mu_);
 };
 
+// UniqueJobId returns "<prefix>-N", a new N each call: a worker refuses a
+// second job with the id of one it runs or retains.
+inline std::string UniqueJobId(std::string_view prefix = "test-job") {
+  static std::atomic<int> next{0};
+  return std::string(prefix) + "-" + std::to_string(++next);
+}
+
+// GateKind runs a job until `release` is notified (exit 0) or the job is
+// cancelled (CANCELLED). `release` must outlive the worker's jobs.
+inline JobKind GateKind(absl::Notification& release) {
+  return {.run = [&release](JobContext& ctx) {
+    while (!release.HasBeenNotified()) {
+      if (ctx.cancelled()) {
+        return JobOutcome::Failed(JobOutcome::Failure::kCancelled, "");
+      }
+      release.WaitForNotificationWithTimeout(absl::Milliseconds(2));
+    }
+    return JobOutcome::Exited(0);
+  }};
+}
+
+// EchoKind writes the request's payload to stdout and exits 0.
+inline JobKind EchoKind() {
+  return {.run = [](JobContext& ctx) {
+    ctx.Emit(OutputStream::kStdout, ctx.request().payload);
+    return JobOutcome::Exited(0);
+  }};
+}
+
 inline JobRequest ExecRequest(std::vector<std::string> argv) {
   JobRequest request;
-  request.job_id = "test-job";
+  request.job_id = UniqueJobId();
   request.kind = "exec";
   MutableExec(request).argv = std::move(argv);
   MutableExec(request).env = {{"PATH", "/usr/bin:/bin"}};

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -40,10 +41,12 @@ class TestPki {
 
   // Issue makes a certificate for `sans` (e.g. "DNS:worker.cfdb.internal",
   // "IP:127.0.0.1") valid from `from_s` to `to_s` seconds from now, signed
-  // by `issuer` (null: self-signed), and writes NAME.pem and NAME.key.
+  // by `issuer` (null: self-signed), with an extendedKeyUsage if `eku` is
+  // set (e.g. "clientAuth"), and writes NAME.pem and NAME.key.
   Pem Issue(const std::string& name, const std::string& common_name,
             const std::vector<std::string>& sans, const Pem* issuer,
-            long from_s, long to_s, bool is_ca = false) {
+            long from_s, long to_s, bool is_ca = false,
+            const std::string& eku = "") {
     EVP_PKEY* key = EVP_EC_gen("P-256");
     X509* cert = X509_new();
     X509_set_version(cert, 2);
@@ -69,12 +72,16 @@ class TestPki {
       }
       AddExtension(cert, &ctx, NID_subject_alt_name, joined.c_str());
     }
+    if (!eku.empty()) {
+      AddExtension(cert, &ctx, NID_ext_key_usage, eku.c_str());
+    }
     X509_sign(cert, issuer_key, EVP_sha256());
     Pem pem{dir_ + "/" + name + ".pem", dir_ + "/" + name + ".key"};
     Write(pem.cert, [&](FILE* f) { PEM_write_X509(f, cert); });
     Write(pem.key, [&](FILE* f) {
       PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
     });
+    LogKey(pem.key);
     if (issuer) {
       X509_free(issuer_cert);
       EVP_PKEY_free(issuer_key);
@@ -162,6 +169,18 @@ class TestPki {
     FILE* f = fopen(path.c_str(), "w");
     write(f);
     fclose(f);
+  }
+  // LogKey appends the first line of the key's PEM body to the file
+  // $CFDB_TEST_KEY_LOG names, if set: tests/support/tmp_audit.sh looks for
+  // this run's keys in what is left in /tmp.
+  static void LogKey(const std::string& path) {
+    const char* log = std::getenv("CFDB_TEST_KEY_LOG");
+    if (log == nullptr) return;
+    std::istringstream pem(ReadFile(path));
+    std::string line;
+    std::getline(pem, line);  // -----BEGIN PRIVATE KEY-----
+    std::getline(pem, line);
+    std::ofstream(log, std::ios::app) << line + "\n";
   }
   static X509* ReadCert(const std::string& path) {
     FILE* f = fopen(path.c_str(), "r");

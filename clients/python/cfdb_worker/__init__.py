@@ -1,25 +1,30 @@
 """A client of cfdb-worker: poll a worker's idle time, stop it with a drain
-grace, dispatch jobs to it and read its health, over TCP (plaintext or
-mutual TLS) or its Unix socket.
+grace (or only if it is still idle), dispatch jobs to it and treat them as
+handles (attach again from offsets, list, cancel), stream their stdin, and
+read its health, over TCP (plaintext or mutual TLS) or its Unix socket.
+Blocking here; cfdb_worker.aio has the same surface on asyncio.
 
     from cfdb_worker import WorkerConnection
     with WorkerConnection("127.0.0.1:50051") as worker:
         if worker.idle() > 300:
             worker.stop(grace=60)
 """
-from cfdb_worker.connection import (Accepted, Event, Exit, Failure,
-                                    JobResult, Output, StopSummary,
-                                    WorkerConnection)
+from cfdb_worker._common import (Accepted, Attached, Event, Exit, Failure,
+                                 InputClosed, JobInfo, JobResult, Offsets,
+                                 Outcome, Output, StopSummary)
+from cfdb_worker.connection import WorkerConnection
 from cfdb_worker.credentials import Credentials
-from cfdb_worker.errors import (AcceptedDeadlineExceeded, HandshakeError,
-                                IdleUnavailable, MaybeStarted, OutcomeUnknown,
-                                PermissionDenied, RpcError, TransientRpcError,
+from cfdb_worker.errors import (AcceptedDeadlineExceeded, AlreadyExists,
+                                HandshakeError, IdleUnavailable, MaybeStarted,
+                                NotFound, OutcomeUnknown, PermissionDenied,
+                                RpcError, StillBusy, TransientRpcError,
                                 WorkerError)
 
 __all__ = [
-    "Accepted", "AcceptedDeadlineExceeded", "Credentials", "Event", "Exit",
-    "Failure", "HandshakeError", "IdleUnavailable", "JobResult",
-    "MaybeStarted", "OutcomeUnknown", "Output", "PermissionDenied",
-    "RpcError", "StopSummary", "TransientRpcError", "WorkerConnection",
-    "WorkerError",
+    "Accepted", "AcceptedDeadlineExceeded", "AlreadyExists", "Attached",
+    "Credentials", "Event", "Exit", "Failure", "HandshakeError",
+    "IdleUnavailable", "InputClosed", "JobInfo", "JobResult", "MaybeStarted",
+    "NotFound", "Offsets", "Outcome", "OutcomeUnknown", "Output",
+    "PermissionDenied", "RpcError", "StillBusy", "StopSummary",
+    "TransientRpcError", "WorkerConnection", "WorkerError",
 ]

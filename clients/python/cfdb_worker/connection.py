@@ -1,124 +1,89 @@
-"""WorkerConnection: one worker's idle, stop, dispatch and health."""
-import dataclasses
-import math
-import uuid
-from typing import Dict, Iterator, Optional, Sequence, Union
+"""WorkerConnection: one worker's idle, stop, health, and its jobs as
+handles (dispatch, attach, list, cancel), blocking."""
+import threading
+import time
+from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple)
 
 import grpc
 
 from cfdb_worker import errors
-from cfdb_worker._wire import worker_pb2, worker_pb2_grpc
+from cfdb_worker._common import (Accepted, Attached, DEFAULT_OPTIONS, Event,
+                                 Exit, Failure, InputClosed, InputPump,
+                                 JobInfo, JobReader, JobResult, Offsets,
+                                 Outcome, Output, Reattach, StdinSource,
+                                 StopSummary, Stubs, attach_request,
+                                 call_failed, cancel_outcome, cancel_request,
+                                 check_size, job_info, job_request,
+                                 on_message, positive, read_all,
+                                 read_blocking, read_fd, serving, stop_request)
+from cfdb_worker._wire import worker_pb2
+from cfdb_worker.credentials import Credentials
 
-_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-_SERVING = 1  # grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING
-_MAX_MESSAGE_BYTES = 64 << 20  # the worker's receive limit
-
-
-@dataclasses.dataclass(frozen=True)
-class StopSummary:
-    """What a stop's drain did: jobs that finished within the grace, and
-    jobs cancelled."""
-
-    drained: int
-    cancelled: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Accepted:
-    """The worker admitted the job; it is running."""
+__all__ = ["Accepted", "Attached", "Event", "Exit", "Failure", "InputClosed",
+           "JobInfo", "JobResult", "Offsets", "Outcome", "Output",
+           "StopSummary", "WorkerConnection"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Output:
-    """A chunk of the job's output, byte-exact: stream is "stdout" or
-    "stderr"."""
-
-    stream: str
-    data: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class Exit:
-    """The job's program ended: with an exit code, or killed by a signal."""
-
-    code: Optional[int] = None
-    signal: Optional[int] = None
+def channel_options(options: Sequence[Tuple[str, Any]]) -> List[Tuple[str,
+                                                                      Any]]:
+    """The default channel options, overridden by the caller's."""
+    given = {key for key, _ in options}
+    return [option for option in DEFAULT_OPTIONS
+            if option[0] not in given] + list(options)
 
 
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """The job ended without an exit status: reason is "START_FAILED",
-    "CANCELLED", "TIME_LIMIT_EXCEEDED" or "HANDLER_ERROR"."""
+class _InputPump(InputPump):
+    """The request iterator of a DispatchStream call: the request, then,
+    once the job is accepted, the source's chunks, read only as gRPC sends
+    them (it asks for the next once the last was sent, which its flow
+    control holds until the worker has room: a bounded window end to end),
+    then end_of_input. stop() ends the reading (input_closed, the call's
+    end). Runs on gRPC's request thread; a read error cancels the call."""
 
-    reason: str
-    message: str
+    def __init__(self, first: Any, source: StdinSource) -> None:
+        self._first = first
+        self._source = source
+        self._go = threading.Event()
+        self._stopped = False
+        self.error: Optional[BaseException] = None
+        self.call: Any = None
 
+    def start(self) -> None:
+        self._go.set()
 
-Event = Union[Accepted, Output, Exit, Failure]
+    def stop(self) -> None:
+        self._stopped = True
+        self._go.set()
 
-
-@dataclasses.dataclass(frozen=True)
-class JobResult:
-    """A dispatched job's end and everything it wrote. Exactly one of
-    exit_code, signal and failure is set."""
-
-    exit_code: Optional[int]
-    signal: Optional[int]
-    failure: Optional[Failure]
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def ok(self):
-        return self.exit_code == 0
-
-
-def _positive(name, value):
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or not value > 0 or \
-            math.isinf(value):
-        raise ValueError(f"{name} must be a positive number of seconds, "
-                         f"not {value!r}")
-    return float(value)
-
-
-def _serving(reply):
-    """Reads HealthCheckResponse.status (field 1, a varint) from its bytes."""
-    i, status = 0, 0
-    while i < len(reply):
-        tag = reply[i]
-        i += 1
-        value, shift = 0, 0
-        while i < len(reply):
-            byte = reply[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        if tag == 0x08:
-            status = value
-        elif tag & 0x07 != 0:
-            break  # nothing else is a varint here; stop reading
-    return status == _SERVING
+    def __iter__(self) -> Iterator[Any]:
+        yield worker_pb2.DispatchInput(request=self._first)
+        self._go.wait()
+        if self._stopped:
+            return  # never accepted: none of the source is read
+        try:
+            if isinstance(self._source, int):
+                while not self._stopped:
+                    data = read_fd(self._source, lambda: self._stopped)
+                    if data is None:
+                        return
+                    if not data:
+                        break
+                    yield worker_pb2.DispatchInput(stdin=data)
+            else:
+                for data in read_blocking(self._source):
+                    if self._stopped:
+                        return
+                    yield worker_pb2.DispatchInput(stdin=data)
+        except Exception as e:  # noqa: BLE001: given to the caller
+            self.error = e
+            self.call.cancel()
+            return
+        if not self._stopped:
+            yield worker_pb2.DispatchInput(
+                end_of_input=worker_pb2.EndOfInput())
 
 
-# Channel options unless the caller gives its own: the message limit, and
-# keepalive pings a worker accepts (it allows one every >= 5 s, with or
-# without calls), so that a job silent for hours keeps its connection
-# through NATs and load balancers that drop idle flows, and a dead
-# connection is noticed (README, "Time and keepalive").
-_DEFAULT_OPTIONS = (
-    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30000),
-    ("grpc.keepalive_timeout_ms", 10000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-)
-
-
-class WorkerConnection:
+class WorkerConnection(Stubs):
     """Talks to one worker at `address` ("host:port", or "unix:PATH" for a
     worker's --uds socket, always without TLS). `credentials`
     (cfdb_worker.Credentials) for mutual TLS; None for plaintext. Each call
@@ -126,129 +91,230 @@ class WorkerConnection:
     cfdb_worker.WorkerError subclass when it fails. Safe to share between
     threads; close() (or a `with` block) releases the channel."""
 
-    def __init__(self, address, credentials=None, options=()):
+    def __init__(self, address: str,
+                 credentials: Optional[Credentials] = None,
+                 options: Sequence[Tuple[str, Any]] = ()) -> None:
         if not address:
             raise ValueError("worker address is empty")
         self.address = address
-        given = {key for key, _ in options}
-        channel_options = [
-            option for option in _DEFAULT_OPTIONS if option[0] not in given
-        ] + list(options)
+        merged = channel_options(options)
         if credentials is None or address.startswith("unix:"):
-            self._channel = grpc.insecure_channel(address, channel_options)
+            self._channel = grpc.insecure_channel(address, merged)
         else:
             self._channel = grpc.secure_channel(
                 address, credentials.channel_credentials(),
-                channel_options + credentials.channel_options())
-        self._stub = worker_pb2_grpc.WorkerStub(self._channel)
-        self._health = self._channel.unary_unary(_HEALTH_CHECK)
+                merged + credentials.channel_options())
+        self._bind(self._channel)
 
-    def idle(self, timeout=5.0) -> float:
+    def _unary(self, rpc: str, method: Any, request: Any,
+               timeout: Optional[float]) -> Any:
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise errors.classify(rpc, e) from None
+
+    def idle(self, timeout: float = 5.0) -> float:
         """Seconds since the worker's docket last became empty (startup
         counts as empty); 0.0 while any job runs. ValueError for a timeout
         that is not positive (no call is made); IdleUnavailable when the
         worker predates the Idle RPC."""
-        timeout = _positive("timeout", timeout)
-        try:
-            return self._stub.Idle(worker_pb2.IdleRequest(),
-                                   timeout=timeout).seconds
-        except grpc.RpcError as e:
-            raise errors.classify("idle", e) from None
+        reply = self._unary("idle", self._stub.Idle, worker_pb2.IdleRequest(),
+                            positive("timeout", timeout))
+        return float(reply.seconds)
 
-    def stop(self, grace: float, timeout=None) -> StopSummary:
+    def stop(self, grace: float, timeout: Optional[float] = None,
+             if_idle_for: Optional[float] = None) -> StopSummary:
         """Stops the worker with a drain grace in seconds: 0 cancels the
         jobs in flight now, > 0 lets them run up to that long, < 0 without
         limit. Returns once the drain is over. `timeout` bounds the call
-        (default: the grace and a minute more, a day without limit)."""
-        if not isinstance(grace, (int, float)) or math.isnan(grace):
-            raise ValueError(f"grace must be a number, not {grace!r}")
-        if timeout is None:
-            timeout = 86400.0 if grace < 0 else grace + 60.0
-        timeout = _positive("timeout", timeout)
-        try:
-            reply = self._stub.Stop(
-                worker_pb2.StopRequest(grace_seconds=float(grace)),
-                timeout=timeout)
-        except grpc.RpcError as e:
-            raise errors.classify("stop", e) from None
+        (default: the grace and a minute more, a day without limit).
+        With `if_idle_for` (seconds), a conditional stop: the worker stops
+        only if its docket has been empty that long and no detached job's
+        result is unread, decided atomically with admission; StillBusy
+        otherwise, and it keeps serving."""
+        request, timeout = stop_request(grace, timeout, if_idle_for)
+        reply = self._unary("stop", self._stub.Stop, request, timeout)
         return StopSummary(reply.drained, reply.cancelled)
 
-    def events(self, argv: Sequence[str], *, env: Optional[Dict[str, str]] = None,
-               cwd: str = "", stdin: bytes = b"",
-               time_limit: Optional[float] = None, job_id: Optional[str] = None,
-               timeout: Optional[float] = None) -> Iterator[Event]:
+    def events(self, argv: Sequence[str], *,
+               env: Optional[Dict[str, str]] = None, cwd: str = "",
+               stdin: Optional[StdinSource] = None,
+               time_limit: Optional[float] = None,
+               job_id: Optional[str] = None, timeout: Optional[float] = None,
+               payload: bytes = b"", kind: str = "exec",
+               detach_grace: float = 0.0, attach_if_exists: bool = False,
+               drop_oldest: bool = False) -> Iterator[Event]:
         """Runs `argv` (no shell) on the worker with exactly `env` (nothing
-        else is inherited), `cwd`, `stdin` and `time_limit` seconds, and
-        yields its events: Accepted, Output chunks, then one Exit or
-        Failure. `job_id` names the job in the worker's log (default: a
-        fresh "py-UUID"). `timeout` bounds the whole call. Errors are raised as the
-        iteration reaches them: before Accepted nothing started
-        (TransientRpcError means retrying may work); after it,
-        OutcomeUnknown or AcceptedDeadlineExceeded: never resend blindly."""
-        spec = worker_pb2.ExecSpec(argv=list(argv), env=dict(env or {}),
-                                   cwd=cwd, stdin=stdin)
-        if time_limit is not None:
-            spec.time_limit_seconds = _positive("time_limit", time_limit)
-        request = worker_pb2.DispatchRequest(job_id=job_id or
-                                             f"py-{uuid.uuid4()}", kind="exec",
-                                             exec=spec)
-        call = self._stub.Dispatch(request,
-                                   timeout=_positive("timeout", timeout))
-        accepted = False
-        try:
-            for event in call:
-                which = event.WhichOneof("event")
-                if which == "accepted":
-                    accepted = True
-                    yield Accepted()
-                elif which == "output":
-                    stream = ("stderr" if event.output.stream ==
-                              worker_pb2.Output.STDERR else "stdout")
-                    yield Output(stream, event.output.data)
-                elif which == "exit":
-                    status = event.exit.WhichOneof("status")
-                    yield (Exit(signal=event.exit.signal) if status == "signal"
-                           else Exit(code=event.exit.code))
-                    return
-                elif which == "failure":
-                    yield Failure(
-                        worker_pb2.Failure.Reason.Name(event.failure.reason),
-                        event.failure.message)
-                    return
-        except grpc.RpcError as e:
-            raise errors.classify("dispatch", e, accepted) from None
-        finally:
-            call.cancel()
-        raise (errors.OutcomeUnknown if accepted else errors.RpcError)(
-            "the stream ended without the job's end")
+        else is inherited), `cwd` and `time_limit` seconds, and yields its
+        events over one call: Accepted (or Attached, with
+        attach_if_exists, for a job of that id that exists), Output
+        chunks with their offsets, at most one InputClosed, then one Exit
+        or Failure. Bad arguments raise here (ValueError, TypeError).
 
-    def dispatch(self, argv: Sequence[str], **kwargs) -> JobResult:
-        """events(), gathered: the job's end and its whole output."""
-        out, err = bytearray(), bytearray()
-        for event in self.events(argv, **kwargs):
-            if isinstance(event, Output):
-                (err if event.stream == "stderr" else out).extend(event.data)
-            elif isinstance(event, Exit):
-                return JobResult(event.code, event.signal, None, bytes(out),
-                                 bytes(err))
-            elif isinstance(event, Failure):
-                return JobResult(None, None, event, bytes(out), bytes(err))
-        raise errors.RpcError("no end of the job")  # events() raises first
+        `stdin`: bytes (up to 1 MiB go whole in the request), or, streamed
+        as the job reads it (DispatchStream), larger bytes, a binary file
+        object, an iterable of bytes or an os file descriptor (not
+        closed). A worker without DispatchStream gets it whole.
+        `job_id` names the job (default: a fresh "py-UUID"); a second job of
+        an id that runs or is retained is refused (AlreadyExists) unless
+        `attach_if_exists`. `detach_grace`: how long the job runs on once
+        no call is attached (0: cancelled at once; < 0: without limit).
+        `drop_oldest`: a full output buffer drops its oldest bytes rather
+        than pausing the job. `timeout` bounds the whole call.
 
-    def health(self, timeout=5.0) -> bool:
+        Errors are raised as the iteration reaches them: before Accepted
+        nothing started (TransientRpcError means retrying may work); after
+        it, OutcomeUnknown or AcceptedDeadlineExceeded: never resend
+        blindly (attach to it: dispatch() does)."""
+        request, source = job_request(argv, env, cwd, stdin, time_limit,
+                                      job_id, payload, kind, detach_grace,
+                                      attach_if_exists, drop_oldest)
+        reader = JobReader(request.job_id, gather=False)
+        return self._job_events(request, source, reader,
+                                positive("timeout", timeout))
+
+    def dispatch(self, argv: Sequence[str], *,
+                 env: Optional[Dict[str, str]] = None, cwd: str = "",
+                 stdin: Optional[StdinSource] = None,
+                 time_limit: Optional[float] = None,
+                 job_id: Optional[str] = None,
+                 timeout: Optional[float] = None, payload: bytes = b"",
+                 kind: str = "exec", detach_grace: float = 0.0,
+                 attach_if_exists: bool = False, drop_oldest: bool = False,
+                 reattach: bool = True) -> JobResult:
+        """events(), gathered: the job's end and its whole output. When the
+        stream is lost after the job started (OutcomeUnknown), it attaches
+        again from the offsets it got to, with a backoff (0.5 s doubling to
+        10 s), for the job's detach grace (at least 10 s, a minute without
+        limit) and within `timeout`: the job's own end comes back, not
+        the lost stream. Without reattach=False, OutcomeUnknown remains
+        only for a worker that is really gone (or NotFound: one that no
+        longer knows the job, e.g. restarted)."""
+        request, source = job_request(argv, env, cwd, stdin, time_limit,
+                                      job_id, payload, kind, detach_grace,
+                                      attach_if_exists, drop_oldest)
+        timeout = positive("timeout", timeout)
+        policy = Reattach(request.detach_grace_seconds, timeout, reattach)
+        reader = JobReader(request.job_id)
+        events = self._job_events(request, source, reader, timeout)
+        while True:
+            try:
+                for _ in events:
+                    pass
+                return reader.result()
+            except errors.WorkerError as e:
+                delay = policy.delay_after(e)
+                if delay is None:
+                    raise
+            time.sleep(delay)
+            events = self._attach_events(request.job_id, reader.offsets,
+                                         reader, policy.timeout())
+
+    def attach_events(self, job_id: str, offsets: Optional[Offsets] = None,
+                      timeout: Optional[float] = None) -> Iterator[Event]:
+        """Reads job `job_id`'s events again from byte `offsets` (stdout,
+        stderr; default the start of what is kept): Attached, Output from
+        there (each with its offset), live, then its Exit or Failure.
+        This call becomes the job's one attached call: the one attached
+        before ends (OutcomeUnknown, code ABORTED). NotFound for an unknown
+        or expired id. A failure after Attached leaves the job running,
+        detached, with its detach grace counted anew."""
+        reader = JobReader(job_id, gather=False)
+        request = attach_request(job_id, offsets)
+        return self._read("attach", self._stub.Attach(
+            request, timeout=positive("timeout", timeout)), reader)
+
+    def attach(self, job_id: str, offsets: Optional[Offsets] = None,
+               timeout: Optional[float] = None) -> JobResult:
+        """attach_events(), gathered: the job's end and its output from
+        `offsets` (JobResult.lost: bytes the worker no longer kept)."""
+        reader = JobReader(job_id)
+        for _ in self._attach_events(job_id, offsets, reader,
+                                     positive("timeout", timeout)):
+            pass
+        return reader.result()
+
+    def jobs(self, timeout: float = 5.0) -> List[JobInfo]:
+        """The jobs the worker runs or retains, oldest first."""
+        reply = self._unary("jobs", self._stub.ListJobs,
+                            worker_pb2.ListJobsRequest(),
+                            positive("timeout", timeout))
+        return [job_info(job) for job in reply.jobs]
+
+    def cancel(self, job_id: str, grace: float,
+               timeout: Optional[float] = None) -> Outcome:
+        """Cancels one job: SIGTERM to its processes, SIGKILL after `grace`
+        seconds (0: at once); returns its end (Exit or Failure) once it has
+        ended. NotFound for an unknown or expired id. `timeout` bounds the
+        call (default: the grace and a minute more)."""
+        request = cancel_request(job_id, grace)
+        reply = self._unary("cancel", self._stub.Cancel, request, positive(
+            "timeout", request.grace_seconds + 60.0
+            if timeout is None else timeout))
+        return cancel_outcome(reply)
+
+    def health(self, timeout: float = 5.0) -> bool:
         """True while the worker's gRPC health service says SERVING (it
         turns NOT_SERVING the moment a drain begins)."""
-        try:
-            reply = self._health(b"", timeout=_positive("timeout", timeout))
-        except grpc.RpcError as e:
-            raise errors.classify("health", e) from None
-        return _serving(reply)
+        reply = self._unary("health", self._health, b"",
+                            positive("timeout", timeout))
+        return serving(reply)
 
-    def close(self):
+    def close(self) -> None:
+        """Releases the channel; later calls raise ValueError."""
+        self._closed = True
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "WorkerConnection":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _attach_events(self, job_id: str, offsets: Optional[Offsets],
+                       reader: JobReader,
+                       timeout: Optional[float]) -> Iterator[Event]:
+        reader.begin_call()
+        return self._read("attach", self._stub.Attach(
+            attach_request(job_id, offsets), timeout=timeout), reader)
+
+    def _job_events(self, request: Any, source: Optional[StdinSource],
+                    reader: JobReader,
+                    timeout: Optional[float]) -> Iterator[Event]:
+        reader.begin_call()
+        if source is None:
+            yield from self._read("dispatch", self._stub.Dispatch(
+                request, timeout=timeout), reader)
+            return
+        pump = _InputPump(request, source)
+        pump.call = self._stub.DispatchStream(iter(pump), timeout=timeout)
+        try:
+            yield from self._read("dispatch", pump.call, reader, pump)
+            return
+        except errors.RpcError as e:
+            if e.code != grpc.StatusCode.UNIMPLEMENTED or reader.started:
+                raise
+        # A worker from before DispatchStream: none of the source was read
+        # (that starts at acceptance), so it goes whole in the request.
+        request.exec.stdin = read_all(source)
+        check_size(request)
+        yield from self._read("dispatch", self._stub.Dispatch(
+            request, timeout=timeout), reader)
+
+    def _read(self, rpc: str, call: Any, reader: JobReader,
+              pump: Optional[_InputPump] = None) -> Iterator[Event]:
+        try:
+            for message in call:
+                event = on_message(reader, message, pump)
+                if event is not None:
+                    yield event
+                if reader.outcome is not None:
+                    return
+        except grpc.RpcError as e:
+            raise call_failed(rpc, e, reader, pump) from None
+        finally:
+            if pump is not None:
+                pump.stop()
+            call.cancel()
+        raise reader.no_end()
+

@@ -1,8 +1,11 @@
 """Mutual TLS credentials from PEM files, as the CLI's --tls-* flags."""
 import dataclasses
-from typing import Optional
+import os
+from typing import Any, List, Optional, Tuple, Union
 
 import grpc
+
+Path = Union[str, "os.PathLike[str]"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,19 +20,20 @@ class Credentials:
     identity: Optional[str] = None
 
     @classmethod
-    def from_files(cls, ca, cert, key, identity=None):
+    def from_files(cls, ca: Path, cert: Path, key: Path,
+                   identity: Optional[str] = None) -> "Credentials":
         """Reads the three PEM files (OSError if one cannot be read)."""
-        def read(path):
+        def read(path: Path) -> bytes:
             with open(path, "rb") as f:
                 return f.read()
         return cls(read(ca), read(cert), read(key), identity)
 
-    def channel_credentials(self):
+    def channel_credentials(self) -> Any:
         return grpc.ssl_channel_credentials(
             root_certificates=self.ca, private_key=self.key,
             certificate_chain=self.cert)
 
-    def channel_options(self):
+    def channel_options(self) -> List[Tuple[str, Any]]:
         if not self.identity:
             return []
         return [("grpc.ssl_target_name_override", self.identity)]

@@ -1,9 +1,12 @@
 """What a caller should make of a failed call, by kind: the same kinds as
-the C++ client (include/cfdb/worker/errors.h) and the CLI's exit codes.
+the C++ client (include/cfdb/worker/errors.h) and the CLI's exit codes,
+checked against one case table (tests/data/error_cases.json).
 
 Every exception is a WorkerError with `.kind` (the kind's name, as the CLI
 prints it), `.code` (the grpc.StatusCode, or None) and `.details`.
 """
+from typing import Optional, Tuple, Type
+
 import grpc
 
 
@@ -13,7 +16,8 @@ class WorkerError(Exception):
     kind = "rpc error"
     exit_code = 76
 
-    def __init__(self, details, code=None):
+    def __init__(self, details: str,
+                 code: Optional[grpc.StatusCode] = None) -> None:
         super().__init__(f"{self.kind} ({code.name if code else 'no code'}): "
                          f"{details}")
         self.details = details
@@ -58,16 +62,21 @@ class PermissionDenied(WorkerError):
 
 
 class OutcomeUnknown(WorkerError):
-    """dispatch, after the worker accepted the job: the stream broke before
-    the job's end. The job started; do not resend it blindly."""
+    """dispatch or attach, after the job was accepted (or attached to): the
+    stream broke before the job's end (or, code ABORTED, another call
+    attached to the job and took it over). The job started; do not resend
+    it blindly: attach to it (dispatch does, by itself, after a lost
+    stream)."""
 
     kind = "accepted, outcome unknown"
     exit_code = 74
 
 
 class AcceptedDeadlineExceeded(WorkerError):
-    """dispatch, after the worker accepted the job: the caller's timeout
-    passed. The worker cancels the job as the call ends."""
+    """dispatch or attach, after the job was accepted (or attached to): the
+    caller's timeout passed and the call ended. The job follows its detach
+    grace: cancelled at once with 0 (dispatch's default), else it runs on
+    to be attached to, or cancelled (cancel())."""
 
     kind = "accepted, deadline exceeded"
     exit_code = 73
@@ -81,7 +90,33 @@ class MaybeStarted(WorkerError):
     exit_code = 74
 
 
-def _mentions(details, words):
+class AlreadyExists(WorkerError):
+    """dispatch: a job of that id runs, or its result is retained
+    (ALREADY_EXISTS). Nothing new ran: attach to it instead (attach(), or
+    dispatch with attach_if_exists=True)."""
+
+    kind = "already exists"
+    exit_code = 67
+
+
+class NotFound(WorkerError):
+    """attach, cancel: no job of that id runs or is retained (NOT_FOUND):
+    it never ran on that worker, or its result expired."""
+
+    kind = "not found"
+    exit_code = 66
+
+
+class StillBusy(WorkerError):
+    """stop with if_idle_for: the worker was busy, not idle that long, or
+    holds unread results of detached jobs (FAILED_PRECONDITION). It keeps
+    serving; nothing was stopped."""
+
+    kind = "still busy"
+    exit_code = 65
+
+
+def _mentions(details: Optional[str], words: Tuple[str, ...]) -> bool:
     text = (details or "").lower()
     return any(word in text for word in words)
 
@@ -94,14 +129,24 @@ _TRANSPORT_WORDS = ("stream removed", "socket closed", "connection",
                     "cancelling all calls")
 
 
-def classify(rpc, error, accepted=False):
+def classify(rpc: str, error: BaseException,
+             accepted: bool = False) -> WorkerError:
     """Returns the WorkerError for a grpc.RpcError of `rpc` ("idle", "stop",
-    "dispatch", "health"); `accepted` when a dispatch's job was accepted
-    before the call failed."""
+    "dispatch", "health", "attach", "jobs", "cancel"); `accepted` when a
+    dispatch's job was accepted (an attach's `attached` had come) before
+    the call failed."""
     code = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else str(error)
+    return kind_of(rpc, code, details, accepted)(details or "", code)
+
+
+def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
+            accepted: bool = False) -> Type[WorkerError]:
+    """The WorkerError subclass for a failed call: classify(), from its
+    parts."""
     C = grpc.StatusCode
-    if rpc == "dispatch" and accepted:
+    cls: Type[WorkerError]
+    if rpc in ("dispatch", "attach") and accepted:
         cls = (AcceptedDeadlineExceeded if code == C.DEADLINE_EXCEEDED
                else OutcomeUnknown)
     elif code == C.UNAUTHENTICATED or (
@@ -117,9 +162,16 @@ def classify(rpc, error, accepted=False):
         cls = TransientRpcError
     elif code == C.PERMISSION_DENIED:
         cls = PermissionDenied
+    elif code == C.ALREADY_EXISTS:
+        cls = AlreadyExists
+    elif code == C.NOT_FOUND:
+        # Health answers NOT_FOUND for a service it does not know.
+        cls = NotFound if rpc in ("attach", "cancel") else RpcError
+    elif code == C.FAILED_PRECONDITION:
+        cls = StillBusy if rpc == "stop" else RpcError
     elif code in (C.UNKNOWN, C.INTERNAL):
         cls = (TransientRpcError if _mentions(details, _TRANSPORT_WORDS)
                else RpcError)
     else:
         cls = RpcError
-    return cls(details, code)
+    return cls

@@ -1,8 +1,10 @@
 """Real workers for the tests: the cfdb-worker binary (CFDB_WORKER_BINARY)
 started on a free port, and a test PKI made with the openssl command."""
+import asyncio
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -16,8 +18,11 @@ class Worker:
     log is collected as it comes; stop() ends the process."""
 
     def __init__(self, *args):
+        # No idle retirement unless the test asks for it.
+        idle = () if "--idle-timeout-seconds" in args else (
+            "--idle-timeout-seconds", "0")
         self.process = subprocess.Popen(
-            [BINARY, "serve", "--port", "0", "--idle-timeout-seconds", "0",
+            [BINARY, "serve", "--port", "0", *idle,
              "--max-lifetime-jitter-seconds", "0", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True)
@@ -63,6 +68,16 @@ def wait_for(predicate, timeout=10.0):
     return predicate()
 
 
+def log_key(path):
+    """Appends the first line of the key's PEM body to the file
+    CFDB_TEST_KEY_LOG names, if set: tests/support/tmp_audit.sh looks for
+    the run's keys in what is left in /tmp."""
+    log = os.environ.get("CFDB_TEST_KEY_LOG")
+    if log:
+        with open(path) as pem, open(log, "a") as out:
+            out.write(pem.read().splitlines()[1] + "\n")
+
+
 class Pki:
     """A CA and leaf certificates (P-256) with the SANs given, in a private
     directory removed by close()."""
@@ -97,7 +112,230 @@ class Pki:
                       "-CAkey", self.ca[1], "-CAcreateserial", "-days", "1",
                       "-extfile", ext, "-out", cert)
         os.chmod(key, 0o600)
+        log_key(key)
         return cert, key
 
     def close(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class TcpProxy:
+    """A TCP proxy on a free port to `target_port`: cut() closes every
+    connection through it (as a lost network would), and it keeps
+    accepting new ones."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets = []
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1",
+                                                 self.target_port))
+            with self._lock:
+                self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b),
+                                 daemon=True).start()
+
+    @staticmethod
+    def _pipe(source, sink):
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+            self.cuts += 1
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self._listener.close()
+        self.cut()
+
+
+# Test fixtures (mixins of a unittest.TestCase): a real worker per test over
+# one transport, with address(), credentials() (cfdb_worker.Credentials or
+# None) and client_env() (what a child process needs to dial it).
+class PlaintextWorker:
+    def setUp(self):
+        self.worker = Worker()
+        self.addCleanup(self.worker.kill)
+
+    def address(self):
+        return self.worker.address
+
+    def credentials(self, pem=None, identity=None):
+        return None
+
+    def client_env(self):
+        return {}
+
+
+class UnixSocketWorker(PlaintextWorker):
+    def setUp(self):
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        self.path = os.path.join(directory.name, "worker.sock")
+        self.worker = Worker("--uds", self.path)
+        self.addCleanup(self.worker.kill)
+
+    def address(self):
+        return f"unix:{self.path}"
+
+
+class MutualTlsWorker(PlaintextWorker):
+    """A worker that admits api.cfdb.internal to control it and
+    worker.cfdb.internal to observe it; the client is api.cfdb.internal
+    unless credentials() is given another pem (stranger_pem: no one)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = Pki()
+        cls.worker_pem = cls.pki.leaf(
+            "worker", ["DNS:worker.cfdb.internal", "IP:127.0.0.1"])
+        cls.api_pem = cls.pki.leaf("api", ["DNS:api.cfdb.internal"])
+        cls.stranger_pem = cls.pki.leaf("stranger", ["DNS:stranger"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.close()
+
+    def setUp(self):
+        self.worker = Worker(
+            "--tls-ca", self.pki.ca[0], "--tls-cert", self.worker_pem[0],
+            "--tls-key", self.worker_pem[1],
+            "--tls-admit-control", "api.cfdb.internal",
+            "--tls-admit-observe", "worker.cfdb.internal")
+        self.addCleanup(self.worker.kill)
+
+    def credentials(self, pem=None, identity=None):
+        from cfdb_worker import Credentials
+        cert, key = pem or self.api_pem
+        return Credentials.from_files(self.pki.ca[0], cert, key, identity)
+
+    def client_env(self):
+        return {"TEST_TLS_FILES": os.pathsep.join(
+            (self.pki.ca[0], *self.api_pem))}
+
+
+class _LoopThread:
+    """One event loop on a thread of its own for the whole test process
+    (grpc.aio wants one loop at a time)."""
+
+    loop = None
+
+    @classmethod
+    def run(cls, coroutine):
+        if cls.loop is None:
+            cls.loop = asyncio.new_event_loop()
+            threading.Thread(target=cls.loop.run_forever, daemon=True,
+                             name="aio-tests").start()
+        return asyncio.run_coroutine_threadsafe(coroutine, cls.loop).result()
+
+
+class AsyncAsBlocking:
+    """cfdb_worker.aio.AsyncWorkerConnection behind the blocking client's
+    surface, each call run on the tests' loop thread: one test body checks
+    both clients, call for call."""
+
+    _ITERATORS = ("events", "attach_events")
+
+    def __init__(self, address, credentials=None):
+        from cfdb_worker.aio import AsyncWorkerConnection
+
+        async def make():
+            return AsyncWorkerConnection(address, credentials)
+        self._connection = _LoopThread.run(make())
+
+    def __getattr__(self, name):
+        method = getattr(self._connection, name)
+        if name in self._ITERATORS:
+            return lambda *args, **kwargs: self._iterate(
+                method(*args, **kwargs))
+        return lambda *args, **kwargs: _LoopThread.run(method(*args,
+                                                              **kwargs))
+
+    @staticmethod
+    def _iterate(events):
+        try:
+            while True:
+                try:
+                    yield _LoopThread.run(events.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            _LoopThread.run(events.aclose())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _LoopThread.run(self._connection.close())
+
+
+# Which client a test uses (a mixin): open() makes its connection.
+class BlockingClient:
+    def open(self, address, credentials=None):
+        from cfdb_worker import WorkerConnection
+        return WorkerConnection(address, credentials)
+
+    def client_kind(self):
+        return "blocking"
+
+
+class AsyncClient:
+    def open(self, address, credentials=None):
+        return AsyncAsBlocking(address, credentials)
+
+    def client_kind(self):
+        return "aio"
+
+
+def test_cases(namespace, plaintext, unix_socket=None, mutual_tls=None):
+    """Defines in `namespace` (a module's globals()) a unittest.TestCase per
+    client and transport: PlaintextTest, UnixSocketTest, MutualTlsTest from
+    the blocking client, AioPlaintextTest... from the asyncio one, each
+    running the tests of its mixin (unix_socket and mutual_tls default to
+    plaintext's)."""
+    import unittest
+    transports = (("Plaintext", PlaintextWorker, plaintext),
+                  ("UnixSocket", UnixSocketWorker, unix_socket or plaintext),
+                  ("MutualTls", MutualTlsWorker, mutual_tls or plaintext))
+    for prefix, client in (("", BlockingClient), ("Aio", AsyncClient)):
+        for name, fixture, tests in transports:
+            full = f"{prefix}{name}Test"
+            namespace[full] = type(full, (client, fixture, tests,
+                                          unittest.TestCase),
+                                   {"__module__": namespace["__name__"]})

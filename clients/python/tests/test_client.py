@@ -2,21 +2,21 @@
 socket, and every error kind a caller must tell apart."""
 import concurrent.futures
 import math
-import os
-import tempfile
-import threading
 import unittest
 
 import grpc
 
 import cfdb_worker
-from cfdb_worker import Credentials, WorkerConnection
-from support import Pki, Worker, wait_for
+from support import (AsyncClient, BlockingClient, Worker, test_cases,
+                     wait_for)
 
 
 class ContractTests:
-    """The idle/stop/dispatch/health contract over one transport; a
-    subclass sets up self.worker and self.connect()."""
+    """The idle/stop/dispatch/health contract over one transport (a
+    fixture of support.py)."""
+
+    def connect(self, pem=None, identity=None):
+        return self.open(self.address(), self.credentials(pem, identity))
 
     def test_idle_accrues_from_startup_and_is_zero_while_busy(self):
         with self.connect() as c:
@@ -75,52 +75,8 @@ class ContractTests:
                 c.idle(timeout=2)
 
 
-class PlaintextTest(ContractTests, unittest.TestCase):
-    def setUp(self):
-        self.worker = Worker()
-        self.addCleanup(self.worker.kill)
-
-    def connect(self):
-        return WorkerConnection(self.worker.address)
-
-
-class UnixSocketTest(ContractTests, unittest.TestCase):
-    def setUp(self):
-        directory = tempfile.TemporaryDirectory()
-        self.addCleanup(directory.cleanup)
-        self.path = os.path.join(directory.name, "worker.sock")
-        self.worker = Worker("--uds", self.path)
-        self.addCleanup(self.worker.kill)
-
-    def connect(self):
-        return WorkerConnection(f"unix:{self.path}")
-
-
-class MutualTlsTest(ContractTests, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.pki = Pki()
-        cls.worker_pem = cls.pki.leaf(
-            "worker", ["DNS:worker.cfdb.internal", "IP:127.0.0.1"])
-        cls.api_pem = cls.pki.leaf("api", ["DNS:api.cfdb.internal"])
-        cls.stranger_pem = cls.pki.leaf("stranger", ["DNS:stranger"])
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.pki.close()
-
-    def setUp(self):
-        self.worker = Worker(
-            "--tls-ca", self.pki.ca[0], "--tls-cert", self.worker_pem[0],
-            "--tls-key", self.worker_pem[1],
-            "--tls-admit-control", "api.cfdb.internal",
-            "--tls-admit-observe", "worker.cfdb.internal")
-        self.addCleanup(self.worker.kill)
-
-    def connect(self, pem=None, identity=None):
-        cert, key = pem or self.api_pem
-        return WorkerConnection(self.worker.address, Credentials.from_files(
-            self.pki.ca[0], cert, key, identity))
+class MutualTlsTests(ContractTests):
+    """The contract over mutual TLS, and what only TLS adds."""
 
     def test_an_unlisted_identity_is_permission_denied(self):
         with self.connect(self.stranger_pem) as c:
@@ -156,35 +112,43 @@ class LegacyServer:
         self.server.stop(0)
 
 
-class ErrorKindTest(unittest.TestCase):
+class ErrorKindTests:
     def test_a_worker_without_idle_is_idle_unavailable(self):
         legacy = LegacyServer()
         self.addCleanup(legacy.close)
-        with WorkerConnection(f"127.0.0.1:{legacy.port}") as c:
+        with self.open(f"127.0.0.1:{legacy.port}") as c:
             with self.assertRaises(cfdb_worker.IdleUnavailable) as raised:
                 c.idle()
         self.assertNotIsInstance(raised.exception, cfdb_worker.TransientRpcError)
         self.assertEqual(raised.exception.exit_code, 69)
 
     def test_nobody_listening_is_transient(self):
-        with WorkerConnection("127.0.0.1:1") as c:
+        with self.open("127.0.0.1:1") as c:
             with self.assertRaises(cfdb_worker.TransientRpcError):
                 c.idle(timeout=2)
 
     def test_bad_timeouts_and_graces_make_no_call(self):
-        with WorkerConnection("127.0.0.1:1") as c:
+        with self.open("127.0.0.1:1") as c:
             for timeout in (0, -1, math.inf, math.nan):
                 with self.assertRaises(ValueError):
                     c.idle(timeout=timeout)
             with self.assertRaises(ValueError):
                 c.stop(grace=math.nan)
         with self.assertRaises(ValueError):
-            WorkerConnection("")
+            self.open("")
+
+    def test_a_closed_connection_makes_no_call(self):
+        c = self.open("127.0.0.1:1")
+        c.close()
+        with self.assertRaises(ValueError):
+            c.idle()
+        with self.assertRaises(ValueError):
+            list(c.events(["true"]))
 
     def test_a_full_docket_is_transient_and_an_invalid_job_is_not(self):
         worker = Worker("--max-concurrent-tasks", "1")
         self.addCleanup(worker.kill)
-        with WorkerConnection(worker.address) as c:
+        with self.open(worker.address) as c:
             with concurrent.futures.ThreadPoolExecutor() as pool:
                 busy = pool.submit(c.dispatch, ["sleep", "1"])
                 self.assertTrue(wait_for(lambda: c.idle() == 0.0))
@@ -198,12 +162,23 @@ class ErrorKindTest(unittest.TestCase):
     def test_a_job_cut_off_after_acceptance_is_outcome_unknown(self):
         worker = Worker()
         self.addCleanup(worker.kill)
-        with WorkerConnection(worker.address) as c:
+        with self.open(worker.address) as c:
             events = c.events(["sleep", "30"])
             self.assertIsInstance(next(events), cfdb_worker.Accepted)
             worker.kill()
             with self.assertRaises(cfdb_worker.OutcomeUnknown):
                 list(events)
+
+
+test_cases(globals(), ContractTests, mutual_tls=MutualTlsTests)
+
+
+class ErrorKindTest(BlockingClient, ErrorKindTests, unittest.TestCase):
+    pass
+
+
+class AioErrorKindTest(AsyncClient, ErrorKindTests, unittest.TestCase):
+    pass
 
 
 if __name__ == "__main__":

@@ -89,6 +89,20 @@ class WoolCompatTest(unittest.TestCase):
             self.assertEqual(job.result().failure.reason, "CANCELLED")
         self.assertLess(time.monotonic() - started, 20)
 
+    def test_wools_dispatch_is_unimplemented_with_one_line(self):
+        # Not in our stubs (we serve idle and stop only): called by name, as
+        # Wool's own client calls it.
+        dispatch = self.channel.unary_stream(
+            "/wool.runtime.protobuf.wire.Worker/dispatch",
+            request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with self.assertRaises(grpc.RpcError) as raised:
+            list(dispatch(b"", timeout=5))
+        self.assertEqual(raised.exception.code(),
+                         grpc.StatusCode.UNIMPLEMENTED)
+        self.assertEqual(raised.exception.details(),
+                         "cfdb-worker serves only Wool's idle and stop, not "
+                         "/wool.runtime.protobuf.wire.Worker/dispatch")
+
     def test_wools_other_methods_are_unimplemented_without_the_flag(self):
         plain = Worker()
         self.addCleanup(plain.kill)

@@ -1,13 +1,16 @@
 // Monotonic time for the worker, injectable so timing policy is testable.
 //
 // The policies read a Clock: the docket's idle time, and the serve loop's
-// poll cadence, lifetime and backoff waits. Production code uses SteadyClock;
-// tests use FakeClock and advance it by hand. The waits of running code read
+// poll cadence, lifetime and backoff waits, and the log throttle
+// (core/log_throttle.h). Production code uses SteadyClock; tests use
+// FakeClock and advance it by hand. The waits of running code read
 // std::chrono::steady_clock directly, as only a real process can wait on
 // them: the drain, output and stdin flow control, a job's time limit and kill
-// grace (exec.cc), the leftover sweep (containment.cc) and cgroup removal
-// (cgroup.cc), the admission log's throttle (admission.cc), the metrics
-// interval (metrics.cc) and scale-in protection's renewals (scale_in.cc).
+// grace (exec.cc), a detached job's grace and a result's TTL
+// (job_registry.cc), the leftover sweep (containment.cc) and cgroup removal
+// (cgroup.cc), the metrics interval (metrics.cc), scale-in protection's
+// renewals (scale_in.cc), the client's reattach window (job_commands.cc) and
+// the server's last wait for open calls (server.cc).
 // Nothing measures an interval with std::chrono::system_clock, which is for
 // log timestamps (and the job ids `dispatch` makes up) only.
 //

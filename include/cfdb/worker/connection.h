@@ -10,12 +10,15 @@
 // ClassifyError (errors.h) tells what they mean. Nothing here throws.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,16 +26,42 @@
 #include "cfdb/worker/credentials.h"
 #include "cfdb/worker/drain.h"
 #include "cfdb/worker/job.h"
+#include "cfdb/worker/job_journal.h"
+#include "cfdb/worker/limits.h"
 
 namespace cfdb::worker {
 
-// DispatchCallbacks run on the thread that called Dispatch, in the order the
-// events arrived, before Dispatch returns.
+// DispatchCallbacks run on the thread that called Dispatch (or Attach), in
+// the order the events arrived, before it returns.
 struct DispatchCallbacks {
   // Called once when the worker accepted the job.
   std::function<void()> on_accepted;
-  // Called for each output chunk, in order.
+  // Called once instead of on_accepted when the call attached to a job
+  // (Attach, or a Dispatch with attach_if_exists whose job existed): where
+  // its output resumes, and the bytes from the offsets asked for that it
+  // will not get.
+  std::function<void(const JobJournal::Attachment&)> on_attached;
+  // Called for each output chunk, in order. Chunks of a stream follow each
+  // other without gap (unless on_attached said some were lost), so a
+  // caller that counts them knows the offsets to attach again from.
   std::function<void(OutputStream, std::string_view)> on_output;
+};
+
+// JobInfo is one job as ListJobs reports it (cfdb.worker.v1.JobInfo).
+struct JobInfo {
+  std::string job_id;
+  std::string kind;
+  std::string client;   // who dispatched it: a SAN, "plaintext", ...
+  std::string program;  // argv[0] of an exec job
+  bool running = false;
+  bool attached = false;                          // a call is attached
+  std::chrono::system_clock::time_point started;  // wall clock
+  Duration running_for{};                         // monotonic
+  uint64_t retained_bytes = 0;
+  uint64_t dropped_bytes = 0;
+  StreamOffsets written;  // bytes written per stream
+  Duration detach_grace{};
+  std::optional<JobOutcome> outcome;  // once ended
 };
 
 // ConnectionOptions tune one WorkerConnection.
@@ -71,7 +100,12 @@ class WorkerConnection final {
   // positive (INVALID_ARGUMENT otherwise, and no call is made). Give it more
   // than the grace: a call that ends first (DEADLINE_EXCEEDED) leaves the
   // drain running.
-  absl::StatusOr<StopSummary> Stop(Duration grace, Duration timeout);
+  // With `if_idle_for`, a conditional stop: the worker stops only if it
+  // has been idle at least that long (StopRequest.if_idle_for_seconds);
+  // FAILED_PRECONDITION (ClassifyError: kStillBusy) when it keeps serving.
+  absl::StatusOr<StopSummary> Stop(
+      Duration grace, Duration timeout,
+      std::optional<Duration> if_idle_for = std::nullopt);
 
   // Dispatch runs `request` on the worker, calling `callbacks` as events
   // arrive, and returns the job's outcome. `timeout`, if set, bounds the
@@ -101,8 +135,25 @@ class WorkerConnection final {
       const JobRequest& request, int stdin_fd,
       const DispatchCallbacks& callbacks, std::optional<Duration> timeout = {});
 
-  // kStdinChunkBytes bounds one chunk of streamed stdin.
-  static constexpr std::size_t kStdinChunkBytes = std::size_t{256} * 1024;
+  // Attach reads job `job_id`'s events from the byte offsets `from` (Attach
+  // RPC), calling `callbacks` (on_attached first), and returns its outcome:
+  // at once for a job that has ended, else when it ends. NOT_FOUND for an
+  // unknown or expired job. A failure after `attached` is marked so
+  // (MarkAccepted): the job runs on. ABORTED when another call attached to
+  // the job and took it over. `timeout` as for Dispatch.
+  absl::StatusOr<JobOutcome> Attach(const std::string& job_id,
+                                    StreamOffsets from,
+                                    const DispatchCallbacks& callbacks,
+                                    std::optional<Duration> timeout = {});
+
+  // ListJobs lists the jobs the worker runs or retains, oldest first.
+  absl::StatusOr<std::vector<JobInfo>> ListJobs(Duration timeout);
+
+  // Cancel cancels job `job_id` (SIGTERM, then SIGKILL after `grace`; zero:
+  // at once) and returns its outcome once it has ended. NOT_FOUND for an
+  // unknown or expired job. `timeout` bounds the call (positive).
+  absl::StatusOr<JobOutcome> Cancel(const std::string& job_id, Duration grace,
+                                    Duration timeout);
 
   // ServingStatus is the worker's answer to gRPC's standard health check.
   enum class ServingStatus { kUnknown, kServing, kNotServing };

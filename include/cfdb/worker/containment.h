@@ -1,9 +1,10 @@
 // Containment: how every process a job starts is made to end with the job,
 // whatever it does to its process group or session.
 //
-//   auto containment = Containment::Start(ContainmentMode::kAuto);
-//   worker.RegisterKind(kExecKind, ExecKind({.containment =
-//   containment->get()}));
+//   absl::StatusOr<std::unique_ptr<Containment>> containment =
+//       Containment::Start(ContainmentMode::kAuto);
+//   ExecOptions exec{.containment = containment->get()};
+//   worker.RegisterKind(kExecKind, ExecKind(exec));
 //
 // Two mechanisms, the strongest the host allows:
 // - cgroup: a cgroup v2 per job, under a subtree the worker may write (root,
@@ -68,8 +69,9 @@ class Containment {
   Containment(const Containment&) = delete;
   Containment& operator=(const Containment&) = delete;
 
-  // uses_cgroups tells which mechanism is active; Describe says it and what
-  // it guarantees, for the startup log.
+  // uses_cgroups tells which mechanism is active; Describe says it, why it
+  // was chosen (asked for, or kAuto's choice and, for the subreaper, why no
+  // cgroup could be made) and what it guarantees, for the startup log.
   bool uses_cgroups() const { return !root_.empty(); }
   std::string Describe() const;
 
@@ -77,8 +79,9 @@ class Containment {
   // ("" under the subreaper). INTERNAL if it cannot be made.
   absl::StatusOr<std::string> JobCgroup();
 
-  // Sweep kills what jobs left behind (under the subreaper: see Leftovers
-  // in exec/process_table.h, with every descendant) and reaps every exited
+  // Sweep kills what jobs left behind (under the subreaper: processes
+  // re-parented to the worker that belong to no running job's process
+  // group, with every descendant) and reaps every exited
   // child that is not a running job's program. Returns how many processes
   // it killed.
   int Sweep();
@@ -87,9 +90,10 @@ class Containment {
   void Spare(pid_t pid);
 
  private:
-  explicit Containment(std::string root);
+  Containment(std::string root, std::string why);
 
   const std::string root_;  // the jobs' cgroup subtree, "" without one
+  const std::string why_;   // why this mechanism, for Describe
   Shutdown stop_;
   std::thread thread_;
 };

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cfdb/worker/clock.h"
@@ -85,34 +86,57 @@ struct TlsSettings {
 // refused (no pass phrase is ever asked for).
 absl::StatusOr<Credentials> MakeCredentials(const TlsSettings& settings);
 
+// SelfPollCheck is what a server's own certificate must allow so that the
+// worker's loopback self-poll, which presents that certificate as a client
+// and verifies it as the server, can succeed. Empty `host`: not checked.
+struct SelfPollCheck {
+  // The name the self-poll verifies: the --tls-identity, or the loopback
+  // address it dials; and the setting it came from, for messages (empty:
+  // the loopback address, and the certificate is named instead).
+  std::string host;
+  std::string host_source;
+  // The admission entries that may call Idle (control and observe), and
+  // the setting to name when none admits the certificate; empty: no lists.
+  std::vector<std::string> idle_admitted;
+  std::string admitted_source;
+};
+
 // CredentialMirror keeps a private, always consistent copy of a server's
-// TLS files, for gRPC to watch instead of the originals. gRPC re-reads the
-// key and the certificate as two files, so replacing them one after the
-// other would have it present a key that does not match its certificate
-// (every handshake fails until the second file arrives). The mirror reads
-// the originals (or the PEMs given inline) every `refresh_interval`,
-// checks the set as MakeCredentials does, and only a good set becomes
-// current, atomically: each set is written to a directory of its own
-// (0700, files 0600, with modification times later than the last set's,
-// which gRPC's reader compares) and a `current` symbolic link is renamed
-// over. While the files are out of step the last good set stays, with one
-// warning naming the files that changed. Thread-safe.
+// TLS files, in memory only, for gRPC to watch instead of the originals.
+// gRPC re-reads the key and the certificate as two files, so replacing
+// them one after the other would have it present a key that does not
+// match its certificate (every handshake fails until the second file
+// arrives). The mirror reads the originals (or the PEMs given inline)
+// every `refresh_interval`, checks the set as CheckServingSet does, and
+// only a good set becomes current, atomically: the CA, and the key with
+// the certificate chain after it in one file (gRPC reads both from it, so
+// never a key of one set with the certificate of another), are
+// memory-backed files (memfd, sealed, modification times later than the
+// last set's, which gRPC's reader compares) that gRPC reads by their
+// /proc/self/fd paths; dup3(2) puts a new set in place of the last under
+// the same descriptor numbers. Nothing is ever written to a file system,
+// so no copy of the key outlives the process, whatever ends it. While the
+// files are out of step the last good set stays; a problem two reads in a
+// row find is logged once, as an ERROR naming the files that changed.
+// Thread-safe.
 class CredentialMirror {
  public:
-  // Start checks `settings` (as MakeCredentials; its errors) and writes the
-  // first set under a new directory in `parent`; INTERNAL if that cannot be
-  // made. Does not watch yet (see Watch).
+  // Start checks `settings` (as MakeCredentials, and the set against
+  // `self` as CheckServingSet; their errors) and makes the first set
+  // current; INTERNAL if no memory file can be made. Does not watch yet
+  // (see Watch).
   static absl::StatusOr<std::unique_ptr<CredentialMirror>> Start(
-      const TlsSettings& settings, const std::string& parent = "/tmp");
+      const TlsSettings& settings, const SelfPollCheck& self = {});
 
-  // Stops watching and removes the directory.
+  // Stops watching and closes the memory files. A server given
+  // credentials() must be shut down first.
   ~CredentialMirror();
 
-  // credentials names the current set's files, re-read by gRPC every
-  // second (cheap: local files, replaced only when consistent).
+  // credentials names the current set's files (/proc/self/fd/N; the key
+  // and the certificate are one file), re-read by gRPC every second
+  // (cheap: memory, replaced only when consistent). Valid in this process
+  // only.
   const Credentials& credentials() const { return credentials_; }
-  // directory is where the sets are written.
-  const std::string& directory() const { return directory_; }
 
   // Refresh reads the originals once: true when a new good set became
   // current, false when nothing changed; the problem (the last good set
@@ -129,7 +153,6 @@ class CredentialMirror {
   explicit CredentialMirror(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   Credentials credentials_;
-  std::string directory_;
 };
 
 }  // namespace cfdb::worker

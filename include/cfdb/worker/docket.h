@@ -64,6 +64,11 @@ class Docket {
 
   // Close refuses every later Admit with UNAVAILABLE. Idempotent.
   void Close();
+  // CloseIfIdleFor closes the docket only if it has been empty for at
+  // least `idle_for`, atomically with Admit (no job enters between the check
+  // and the close). FAILED_PRECONDITION, saying how long it has been idle
+  // (or how many jobs are in flight), with the docket left open.
+  absl::Status CloseIfIdleFor(Duration idle_for);
   bool closed() const;
 
   // OnEdge sets `listener` (may be empty) to run after each empty -> busy

@@ -68,6 +68,14 @@ struct DrainReport {
 // requests costs no memory. Not thread-safe.
 class StopRequests {
  public:
+  // Source is what one source asked: how often, when first, and its
+  // request with the earliest deadline.
+  struct Source {
+    StopRequest earliest;
+    TimePoint first_arrival;
+    std::size_t count = 0;
+  };
+
   // Add records `request` (arrival must be set). Returns true when it moved
   // the deadline earlier.
   bool Add(const StopRequest& request);
@@ -90,12 +98,10 @@ class StopRequests {
   // first at +0.2 s)".
   std::string Describe(TimePoint since) const;
 
+  // sources returns one entry per source, in order of first arrival.
+  std::vector<Source> sources() const;
+
  private:
-  struct Source {
-    StopRequest earliest;  // the request with this source's earliest deadline
-    TimePoint first_arrival;
-    std::size_t count = 0;
-  };
   std::vector<Source> sources_;
   TimePoint deadline_ = TimePoint::max();
   std::size_t deadline_index_ = 0;  // into sources_, when deadline_ is set

@@ -20,7 +20,15 @@
 namespace cfdb::worker {
 
 // Rpc names the worker's RPCs, because a code's meaning depends on the call.
-enum class Rpc { kIdle, kStop, kDispatch, kHealth };
+enum class Rpc {
+  kIdle,
+  kStop,
+  kDispatch,
+  kHealth,
+  kAttach,
+  kListJobs,
+  kCancel
+};
 
 // ErrorKind is what a caller should make of a failed call. It follows the
 // cause (the code, whether the worker had accepted the job, and the
@@ -64,6 +72,16 @@ enum class ErrorKind {
   // so it may have started (and the worker cancels it as the call ends).
   // Do not resend it blindly.
   kMaybeStarted,
+  // Dispatch: a job of that id runs or its result is retained
+  // (ALREADY_EXISTS). Nothing new ran: attach to it instead.
+  kAlreadyExists,
+  // Attach, Cancel: no job of that id runs or is retained (NOT_FOUND): it
+  // never ran there, or its result expired.
+  kNotFound,
+  // Stop with a condition (if_idle_for): the worker was busy, or not idle
+  // long enough, or holds unread results (FAILED_PRECONDITION). It keeps
+  // serving; nothing was stopped.
+  kStillBusy,
 };
 
 // ClassifyError maps a non-OK status from `rpc` to its kind. A status from
@@ -82,7 +100,8 @@ bool IsTransient(ErrorKind kind);
 
 // ErrorKindName returns "idle unavailable", "transient error", "handshake
 // error", "rpc error", "permission denied", "accepted, outcome unknown",
-// "accepted, deadline exceeded" or "no answer before the deadline".
+// "accepted, deadline exceeded", "no answer before the deadline", "already
+// exists", "not found" or "still busy".
 std::string_view ErrorKindName(ErrorKind kind);
 
 // ExitCodeFor returns the documented exit code of a client command that
@@ -90,7 +109,8 @@ std::string_view ErrorKindName(ErrorKind kind);
 // included), 76 rpc error (sysexits.h: EX_UNAVAILABLE, EX_TEMPFAIL,
 // EX_PROTOCOL); 74 accepted, outcome unknown (EX_IOERR: the stream broke);
 // 73 accepted, deadline exceeded; 74 also for no answer before the
-// deadline (the job may have started); 77 permission denied (EX_NOPERM).
+// deadline (the job may have started); 77 permission denied (EX_NOPERM);
+// 65 still busy, 66 not found, 67 already exists (codes of our own).
 int ExitCodeFor(ErrorKind kind);
 
 }  // namespace cfdb::worker

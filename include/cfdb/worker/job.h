@@ -20,12 +20,30 @@ namespace cfdb::worker {
 
 // JobRequest is one dispatched job.
 struct JobRequest {
-  std::string job_id;   // 1..256 printable ASCII bytes
+  // The job's identity: 1..256 printable ASCII bytes, chosen by the caller.
+  // A worker runs at most one job of an id while it runs or its result is
+  // retained (Worker::Dispatch).
+  std::string job_id;
   std::string kind;     // a registered kind, e.g. "exec"
   std::string payload;  // opaque bytes for an embedded kind
   // The request as its kind reads it, when the transport parsed one for it
   // (the exec kind's ExecSpec, see exec.h); empty otherwise.
   std::any spec;
+  // How long the job runs on once no client is attached (its caller went
+  // away): zero cancels it at once, as a lost caller always did; a
+  // positive grace lets it run that long unattached, then cancels it; a
+  // negative one lets it run without limit (its time limit and the
+  // worker's stop still apply).
+  Duration detach_grace = Duration::zero();
+  // When the output buffer is full and nobody reads it fast enough, drop
+  // the oldest unread output (counted) instead of pausing the job.
+  bool drop_oldest = false;
+  // Who asked, for listings: the client certificate's identity, or
+  // "plaintext"; set by the transport, not by the client.
+  std::string client;
+  // A client's request only: if a job of this id runs or is retained,
+  // attach to it instead of being refused with ALREADY_EXISTS.
+  bool attach_if_exists = false;
 };
 
 enum class OutputStream { kStdout, kStderr };
@@ -68,8 +86,9 @@ struct JobOutcome {
 // FailureName returns a stable upper-case name (e.g. "TIME_LIMIT_EXCEEDED").
 std::string_view FailureName(JobOutcome::Failure failure);
 
-// JobContext is what a job kind's handler sees while its job runs. The worker
-// owns it; it lives until the handler returns. Safe to use from the handler's
+// JobContext is what a job kind's handler sees while its job runs. The
+// transport that dispatched the job makes it (a Job, worker.h); it lives at
+// least until the handler returns. Safe to use from the handler's
 // thread and from threads the handler starts and joins before returning.
 class JobContext {
  public:
@@ -88,7 +107,8 @@ class JobContext {
   virtual int cancel_fd() const = 0;
 
   // kill_grace is the time between SIGTERM and SIGKILL when a process is
-  // cancelled (task_kill_grace_seconds).
+  // cancelled: task_kill_grace_seconds, or the grace of a Cancel call. Read
+  // it once cancelled() is true.
   virtual Duration kill_grace() const = 0;
 
   // EmitResult says what became of a chunk passed to Emit.

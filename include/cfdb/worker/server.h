@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/credentials.h"
+#include "cfdb/worker/limits.h"
 #include "cfdb/worker/worker.h"
 
 namespace cfdb::worker {
@@ -65,7 +66,7 @@ struct ServerLimits {
   // flow-control windows.
   std::size_t memory_quota_bytes = std::size_t{256} << 20;
   // The largest request message accepted (RESOURCE_EXHAUSTED beyond).
-  int max_receive_message_bytes = 64 << 20;
+  int max_receive_message_bytes = kMaxMessageBytes;
 };
 
 // kControlStreams is the room per connection for Idle, Stop and health

@@ -14,6 +14,7 @@
 // process into one that exits at once).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -59,15 +60,21 @@ class Watcher final : public StopToken {
   // cause returns the first stop's cause, or kNone.
   StopCause cause() const;
 
-  // WaitUntil blocks until a stop is requested or the monotonic clock
-  // reaches `deadline`. Returns false if a stop was requested (it wakes
-  // within microseconds of the request), true if the deadline passed.
+  // WaitUntil blocks until a stop is requested, the monotonic clock
+  // reaches `deadline` or Shutdown::Wake() is called (at once if a Wake
+  // came since this watcher's last wait, or its making, so none is lost).
+  // Returns false if a stop was requested (it wakes within microseconds of
+  // the request), true otherwise (the deadline passed, or a wake: callers
+  // check the time).
   bool WaitUntil(TimePoint deadline) const override;
 
  private:
   friend class Shutdown;
   explicit Watcher(std::shared_ptr<internal::ShutdownState> state);
   std::shared_ptr<internal::ShutdownState> state_;
+  // The wakes this watcher has seen; read and written under the state's
+  // mutex.
+  mutable uint64_t seen_wakes_ = 0;
 };
 
 // Shutdown is the source of a stop. Thread-safe. Not copyable or movable.
@@ -82,6 +89,11 @@ class Shutdown {
   // Stop requests a stop with `cause` (idempotent: the first cause wins) and
   // wakes every waiting watcher.
   void Stop(StopCause cause = StopCause::kRequested);
+
+  // Wake ends every watcher's wait in progress without requesting a stop,
+  // so that it looks again at what it waits for (e.g. the serve loop, told
+  // that gRPC could not accept a connection).
+  void Wake();
 
   // watcher returns a new watcher of this shutdown.
   Watcher watcher() const;

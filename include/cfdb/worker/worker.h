@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,15 +23,18 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/docket.h"
 #include "cfdb/worker/drain.h"
 #include "cfdb/worker/job.h"
+#include "cfdb/worker/job_journal.h"
 
 namespace cfdb::worker {
 
-class JobThreads;  // src/core/job_threads.h
+class JobThreads;   // src/core/job_threads.h
+class JobRegistry;  // src/core/job_registry.h
 
 // JobHandler runs one job of a kind to its end and returns how it ended. It
 // runs on a job thread (one job at a time per thread) and must return soon
@@ -50,40 +54,106 @@ struct JobKind {
   JobHandler run;
 };
 
-// Job is one job as a transport sees it: the transport subclasses it to carry
-// output and the outcome to its client, and hands it to Worker::Dispatch.
-// Cancellation (flag, eventfd, kill grace) lives here. Thread-safe.
-class Job : public Cancellable, public JobContext {
+// Job is one job as the worker runs it: its request, its cancellation
+// (flag, eventfd, kill grace) and its journal (core/job_journal.h): the
+// output and the outcome that clients read, a handle that outlives any one
+// call. A transport makes one per dispatch (subclassing it, e.g. to stream
+// stdin), hands it to Worker::Dispatch, and attaches a reader for its
+// caller; a later call may attach again (Worker::Attach). Always held by a
+// shared_ptr. Thread-safe.
+class Job : public Cancellable,
+            public JobContext,
+            public std::enable_shared_from_this<Job> {
  public:
-  Job(JobRequest request, Duration kill_grace);
+  // `output_buffer_bytes` is the journal's buffer (JobJournal::Limits).
+  Job(JobRequest request, Duration kill_grace,
+      std::size_t output_buffer_bytes = kDefaultOutputBufferBytes);
   ~Job() override;
 
   const JobRequest& request() const override { return request_; }
   bool cancelled() const override;
-  int cancel_fd() const override { return cancel_fd_; }
-  Duration kill_grace() const override { return kill_grace_; }
+  int cancel_fd() const override { return cancel_fd_.load(); }
+  Duration kill_grace() const override;
 
-  // Cancel marks the job cancelled, makes cancel_fd readable and calls
+  // Emit appends to the journal (JobJournal::Append, one copy of `data`).
+  EmitResult Emit(OutputStream stream, std::string_view data,
+                  TimePoint deadline) override;
+
+  // Cancel marks the job cancelled, discards its unread output (so its
+  // outcome is read next), makes cancel_fd readable and calls
   // OnCancelled(). Idempotent.
   void Cancel() final;
+  // CancelWithin is Cancel with `kill_grace` between SIGTERM and SIGKILL
+  // instead of the job's own (a Cancel call's grace; zero: SIGKILL at
+  // once). A second call may shorten the grace a handler has not read yet.
+  void CancelWithin(Duration kill_grace);
 
   // OnAccepted is called once the job is in the docket, before its handler
-  // starts (so before any Emit).
-  virtual void OnAccepted() = 0;
+  // starts (so before any Emit). Does nothing unless overridden.
+  virtual void OnAccepted() {}
 
-  // OnOutcome is called exactly once, after the handler returned, with the
-  // job still in the docket.
-  virtual void OnOutcome(const JobOutcome& outcome) = 0;
+  // OnOutcome is called exactly once, after the handler returned, the job
+  // left the docket and its journal has the outcome. Does nothing unless
+  // overridden.
+  virtual void OnOutcome(const JobOutcome& outcome) { (void)outcome; }
+
+  JobJournal& journal() { return journal_; }
+  const JobJournal& journal() const { return journal_; }
+
+  // ReaderLeft says that `reader`, a reader of the journal, is gone (its
+  // call ended). If it was the one attached and the job still runs, the
+  // request's detach grace applies: zero cancels the job now, a positive
+  // grace cancels it unless a reader attaches within it, a negative one
+  // lets it run. A job whose input was cut short is cancelled by its
+  // transport, whatever the grace.
+  void ReaderLeft(const JobReader* reader);
+
+  // WhenEnded runs `callback` with the outcome once the job has ended: at
+  // once, on this thread, if it has; else on the job's thread. Must not
+  // block.
+  void WhenEnded(std::function<void(const JobOutcome&)> callback);
+
+  // outcome returns the outcome once the job has ended.
+  std::optional<JobOutcome> outcome() const;
+  // started is when the worker accepted the job, on the worker's clock and
+  // on the wall clock (for people); ended, when it ended (nullopt while it
+  // runs).
+  TimePoint started() const { return started_; }
+  std::chrono::system_clock::time_point started_wall() const {
+    return started_wall_;
+  }
+  std::optional<TimePoint> ended() const;
+
+  // The default JobJournal buffer, per job: 4 MiB.
+  static constexpr std::size_t kDefaultOutputBufferBytes = std::size_t{4} << 20;
 
  protected:
-  // OnCancelled runs inside the first Cancel(), e.g. to wake a blocked Emit.
+  // OnCancelled runs inside the first Cancel(), e.g. to wake a blocked
+  // transport.
   virtual void OnCancelled() {}
 
  private:
+  friend class Worker;
+  // End records the outcome, tells the journal and runs WhenEnded's
+  // callbacks; the worker calls it once.
+  void End(const JobOutcome& outcome, TimePoint now);
+
   const JobRequest request_;
-  const Duration kill_grace_;
-  const int cancel_fd_;
+  std::atomic<Duration::rep> kill_grace_;
+  // An eventfd, readable once cancelled; closed (-1) when the job ends, so
+  // a retained result holds no descriptor. Written and closed under mu_.
+  std::atomic<int> cancel_fd_;
   std::atomic<bool> cancelled_{false};
+  JobJournal journal_;
+  // Set by Worker::Dispatch before the job is shared.
+  class Worker* worker_ = nullptr;
+  TimePoint started_{};
+  std::chrono::system_clock::time_point started_wall_{};
+  mutable absl::Mutex mu_;
+  std::optional<JobOutcome> outcome_ ABSL_GUARDED_BY(mu_);
+  std::optional<TimePoint> ended_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const JobOutcome&)>> when_ended_
+      ABSL_GUARDED_BY(mu_);
 };
 
 struct WorkerOptions {
@@ -96,7 +166,20 @@ struct WorkerOptions {
   // the CPU goes to Idle, Stop and health answers first; costs a job nothing
   // while the CPU has room. 0 leaves it alone. 0..19.
   int job_nice = 10;
+  // Each job's output buffer (JobJournal::Limits::buffer_bytes): output kept
+  // for a client that is not attached, or comes back from an offset.
+  std::size_t output_buffer_bytes = Job::kDefaultOutputBufferBytes;
+  // How long a finished job's result (its outcome, and what is left of its
+  // output) stays retained after it ends: to be read by Attach, to refuse
+  // its id to a second job, and, for a job that ran detached, to hold off
+  // an idle stop until a client has read it (RequestStopIfIdle). Zero
+  // retains nothing.
+  Duration result_ttl = std::chrono::minutes(5);
 };
+
+// The most finished results a worker retains at once; past it the oldest go
+// first, whatever their TTL (each costs a few hundred bytes and its output).
+inline constexpr std::size_t kMaxRetainedResults = 10000;
 
 // JobCounts are a worker's jobs since it started, by how they ended.
 struct JobCounts {
@@ -106,6 +189,17 @@ struct JobCounts {
   // limit, or its handler reported an error.
   uint64_t failed = 0;
   uint64_t cancelled = 0;  // cancelled by a stop or by its client
+};
+
+// StopState is what a worker's first stop request found, and who has asked
+// to stop since, for the exit event.
+struct StopState {
+  // Idle() when the first request came (zero if a job was in flight).
+  Duration idle_at_request = Duration::zero();
+  // Jobs in flight when the first request came.
+  std::size_t in_flight_at_request = 0;
+  // One entry per source, in order of first arrival.
+  std::vector<StopRequests::Source> sources;
 };
 
 // Worker runs jobs. Safe for concurrent access without external
@@ -137,17 +231,48 @@ class Worker {
   // Dispatch validates `job`'s request, admits it to the docket and runs its
   // kind's handler on a job thread (a parked one, or a new one up to
   // max_concurrent_tasks): OnAccepted(), the handler; then the job leaves
-  // the docket, and then OnOutcome() (so whoever hears of its end finds its
-  // slot free; a drain ends only once every OnOutcome has returned). Errors,
-  // with the docket untouched: INVALID_ARGUMENT (see Validate), UNAVAILABLE
-  // (stopping), RESOURCE_EXHAUSTED (docket full, or `job` has no cancel_fd
-  // because descriptors ran out). A job accepted when no thread can be made
-  // ends with a START_FAILED outcome rather than being dropped.
+  // the docket, its journal gets the outcome, and then OnOutcome() (so
+  // whoever hears of its end finds its slot free; a drain ends only once
+  // every OnOutcome has returned). The job stays known by its id while it
+  // runs and, once ended, for result_ttl. Errors, with nothing changed:
+  // INVALID_ARGUMENT (see Validate), ALREADY_EXISTS (a job of that id runs
+  // or its result is retained), UNAVAILABLE (stopping), RESOURCE_EXHAUSTED
+  // (docket full, or `job` has no cancel_fd because descriptors ran out).
+  // A job accepted when no thread can be made ends with a START_FAILED
+  // outcome rather than being dropped.
   absl::Status Dispatch(const std::shared_ptr<Job>& job);
 
   // Idle returns the time since the docket last became empty (zero while a
   // job is in flight). Never touches the docket's contents.
   Duration Idle() const { return docket_.Idle(); }
+
+  // Attach makes `reader` the reader of job `job_id`'s journal, from the
+  // byte offsets `from` (JobJournal::Attach; a reader attached before is
+  // taken over), and returns the job and what the reader will find.
+  // NOT_FOUND when no job of that id runs or is retained.
+  absl::StatusOr<std::pair<std::shared_ptr<Job>, JobJournal::Attachment>>
+  Attach(std::string_view job_id, const std::shared_ptr<JobReader>& reader,
+         StreamOffsets from);
+
+  // Jobs returns every job in flight and every retained result, oldest
+  // first.
+  std::vector<std::shared_ptr<Job>> Jobs();
+
+  // CancelJob cancels job `job_id` with `kill_grace` between SIGTERM and
+  // SIGKILL (Job::CancelWithin) and returns it (Job::WhenEnded tells when
+  // it has ended; a retained result has). NOT_FOUND when no job of that id
+  // runs or is retained.
+  absl::StatusOr<std::shared_ptr<Job>> CancelJob(std::string_view job_id,
+                                                 Duration kill_grace);
+
+  // RequestStopIfIdle is RequestStop(request) if the docket has been empty
+  // for at least `idle_for` and no job that ran detached (a non-zero detach
+  // grace) has a result no client has read yet; decided atomically with
+  // Dispatch, so no job is accepted between the check and the docket
+  // closing. FAILED_PRECONDITION otherwise, saying why (the idle time, or
+  // the unread results), with nothing changed. A stop already requested
+  // makes it OK (it joins the drain).
+  absl::Status RequestStopIfIdle(StopRequest request, Duration idle_for);
 
   // RequestStop asks the worker to stop; returns at once, never fails. The
   // first request closes the docket (Dispatch then gets UNAVAILABLE), runs
@@ -177,6 +302,9 @@ class Worker {
   // stopping returns true once a stop was requested.
   bool stopping() const { return docket_.closed(); }
 
+  // stop_state returns the stop requests so far; nullopt before the first.
+  std::optional<StopState> stop_state() const;
+
   // OnStopping adds `callback` to run (once, on the thread of the first
   // stop request) when the drain begins, e.g. to mark the health service
   // NOT_SERVING; at once, on this thread, if it has begun already. Must not
@@ -204,11 +332,12 @@ class Worker {
   const WorkerOptions& options() const { return options_; }
 
  private:
+  friend class Job;  // a detached job asks registry_ to keep its deadline
   void Run(const std::shared_ptr<Job>& job, const JobHandler* handler);
   // ReleaseJob takes `job` out of the docket and wakes the drain when that
   // emptied it.
   void ReleaseJob(Job* job);
-  // EndJob releases `job`, then tells it its outcome.
+  // EndJob releases `job`, then tells its journal and it its outcome.
   void EndJob(const std::shared_ptr<Job>& job, const JobOutcome& outcome);
   // Drain runs on drain_thread_: it waits for the first stop request, then
   // for the docket to empty, cancelling what is left at the deadline.
@@ -222,6 +351,7 @@ class Worker {
   mutable absl::Mutex mu_;
   StopRequests requests_ ABSL_GUARDED_BY(mu_);
   std::size_t in_flight_at_stop_ ABSL_GUARDED_BY(mu_) = 0;
+  Duration idle_at_stop_ ABSL_GUARDED_BY(mu_) = Duration::zero();
   std::size_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   // Jobs out of the docket whose OnOutcome has not returned yet.
   int telling_ ABSL_GUARDED_BY(mu_) = 0;
@@ -233,6 +363,10 @@ class Worker {
   // Signalled on a new request, on the docket emptying while it drains, and
   // when the drain ends.
   CondVar changed_;
+
+  const Clock& clock_;
+  // Jobs by id, in flight and retained; cancels jobs left detached.
+  std::unique_ptr<JobRegistry> registry_;
 
   // ~Worker joins the drain thread; then threads_, destroyed first, joins
   // every job thread before anything above goes away.

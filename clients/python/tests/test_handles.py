@@ -1,0 +1,235 @@
+"""Jobs as handles from the blocking client, against real workers over TCP
+plaintext, mutual TLS and the Unix socket: offsets, detach and attach from a
+new process, duplicate ids, cancel with a grace, the conditional stop,
+ListJobs, and dispatch coming back to its job after a lost connection."""
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import cfdb_worker
+from cfdb_worker import Offsets
+from support import TcpProxy, test_cases, wait_for
+
+# Output a job writes, deterministic and large enough to come in several
+# chunks: its bytes, then its exit code.
+SEQ = "".join(f"{i}\n" for i in range(1, 20001)).encode()
+SEQ_JOB = ["/bin/sh", "-c", "seq 1 20000; echo done >&2; sleep 1; exit 7"]
+
+# A process that dispatches a detached job, says so once it is accepted,
+# and waits to be killed.
+DETACHING_CLIENT = """
+import os, sys
+from cfdb_worker import Credentials
+from support import AsyncClient, BlockingClient
+tls = os.environ.get("TEST_TLS_FILES")
+client = AsyncClient() if sys.argv[1] == "aio" else BlockingClient()
+c = client.open(sys.argv[2], tls and Credentials.from_files(
+    *tls.split(os.pathsep)))
+for event in c.events(sys.argv[4:], job_id=sys.argv[3], detach_grace=30):
+    print(type(event).__name__, flush=True)
+"""
+
+
+class HandleTests:
+    """Jobs as handles over one transport (a fixture of support.py)."""
+
+    def connect(self, pem=None):
+        return self.open(self.address(), self.credentials(pem))
+
+    def test_output_events_carry_their_offsets(self):
+        with self.connect() as c:
+            # Two writes apart in time: at least two chunks of stdout.
+            events = list(c.events(["/bin/sh", "-c", "seq 1 30000; "
+                                    "sleep 0.3; seq 1 30000; "
+                                    "seq 1 500 >&2"]))
+        at = {"stdout": 0, "stderr": 0}
+        for event in events:
+            if isinstance(event, cfdb_worker.Output):
+                self.assertEqual(event.offset, at[event.stream])
+                at[event.stream] += len(event.data)
+        expected = "".join(f"{i}\n" for i in range(1, 30001))
+        self.assertEqual(at["stdout"], 2 * len(expected))
+        self.assertEqual(at["stderr"], len("".join(f"{i}\n"
+                                                   for i in range(1, 501))))
+        self.assertGreaterEqual(sum(isinstance(e, cfdb_worker.Output) and
+                                    e.stream == "stdout" for e in events), 2)
+
+    def test_a_detached_job_outlives_its_client_and_is_attached_from_a_new_process(
+            self):
+        client = subprocess.Popen(
+            [sys.executable, "-c", DETACHING_CLIENT, self.client_kind(),
+             self.address(), "det-1",
+             *SEQ_JOB], stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ, **self.client_env()))
+        self.assertEqual(client.stdout.readline().strip(), "Accepted")
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        client.stdout.close()
+        with self.connect() as c:
+            whole = c.attach("det-1")
+            middle = c.attach("det-1", Offsets(stdout=12345, stderr=2))
+            listed = {job.job_id: job for job in c.jobs()}
+        self.assertEqual(whole.exit_code, 7, "the job ran on to its end")
+        self.assertEqual(whole.stdout, SEQ)
+        self.assertEqual(whole.stderr, b"done\n")
+        self.assertEqual(whole.lost, Offsets(0, 0))
+        self.assertEqual(middle.stdout, SEQ[12345:])
+        self.assertEqual(middle.stderr, b"ne\n")
+        self.assertEqual(middle.exit_code, 7)
+        job = listed["det-1"]
+        self.assertFalse(job.running)
+        self.assertEqual(job.program, "/bin/sh")
+        self.assertEqual(job.written, Offsets(len(SEQ), 5))
+        self.assertEqual(job.outcome, cfdb_worker.Exit(code=7))
+        self.assertEqual(job.detach_grace_seconds, 30)
+
+    def test_a_duplicate_id_is_refused_or_attached_to(self):
+        with self.connect() as c, concurrent.futures.ThreadPoolExecutor() as pool:
+            first = pool.submit(c.dispatch, SEQ_JOB, job_id="dup",
+                                detach_grace=30)
+            self.assertTrue(wait_for(lambda: any(
+                j.job_id == "dup" for j in c.jobs())))
+            with self.assertRaises(cfdb_worker.AlreadyExists) as raised:
+                c.dispatch(["true"], job_id="dup")
+            events = c.events(["true"], job_id="dup", attach_if_exists=True)
+            self.assertIsInstance(next(events), cfdb_worker.Attached)
+            events.close()
+            # The first call was taken over by the attach; dispatch does not
+            # attach back over a takeover: ABORTED says another call has it.
+            with self.assertRaises(cfdb_worker.OutcomeUnknown) as taken:
+                first.result()
+            again = c.dispatch(["true"], job_id="dup", attach_if_exists=True)
+        self.assertEqual(raised.exception.exit_code, 67)
+        self.assertEqual(taken.exception.code.name, "ABORTED")
+        self.assertEqual((again.exit_code, again.stdout), (7, SEQ))
+
+    def test_cancel_with_a_grace_lets_the_job_end_by_itself(self):
+        with self.connect() as c, concurrent.futures.ThreadPoolExecutor() as pool:
+            job = pool.submit(c.dispatch, [
+                "/bin/sh", "-c",
+                "trap 'exit 3' TERM; echo ready; "
+                "while :; do sleep 0.05; done"], job_id="trapper")
+            self.assertTrue(wait_for(lambda: any(
+                j.job_id == "trapper" and j.written.stdout > 0
+                for j in c.jobs())), "the trap is set")
+            start = time.monotonic()
+            ended = c.cancel("trapper", grace=10)
+            took = time.monotonic() - start
+            result = job.result()
+            with self.assertRaises(cfdb_worker.NotFound) as missing:
+                c.cancel("no-such-job", grace=0)
+        # A cancelled job's end is CANCELLED, however it went: here TERM
+        # alone ended it, well within the grace.
+        self.assertEqual(ended.reason, "CANCELLED")
+        self.assertNotIn("SIGKILL", ended.message)
+        self.assertLess(took, 5)
+        self.assertEqual(result.failure, ended)
+        self.assertTrue(result.stdout.startswith(b"ready\n"))
+        self.assertEqual(missing.exception.exit_code, 66)
+
+    def test_the_conditional_stop_is_refused_while_busy(self):
+        with self.connect() as c, concurrent.futures.ThreadPoolExecutor() as pool:
+            job = pool.submit(c.dispatch, ["sleep", "1"])
+            self.assertTrue(wait_for(lambda: c.idle() == 0.0))
+            with self.assertRaises(cfdb_worker.StillBusy) as refused:
+                c.stop(grace=0, if_idle_for=0)
+            self.assertTrue(c.health(), "it keeps serving")
+            self.assertTrue(job.result().ok)
+            self.assertTrue(wait_for(lambda: c.idle() > 0.0))
+            with self.assertRaises(cfdb_worker.StillBusy):
+                c.stop(grace=0, if_idle_for=3600)
+            summary = c.stop(grace=0, if_idle_for=0)
+        self.assertEqual(refused.exception.exit_code, 65)
+        self.assertEqual(summary, cfdb_worker.StopSummary(0, 0))
+        self.assertEqual(self.worker.wait(), 0)
+
+    def test_a_timeout_ends_the_call_and_the_job_follows_its_detach_grace(
+            self):
+        job = ["/bin/sh", "-c", "echo up; sleep 1.5; echo done"]
+        with self.connect() as c:
+            for job_id, grace in (("kept", 30), ("dropped", 0)):
+                with self.assertRaises(
+                        cfdb_worker.AcceptedDeadlineExceeded) as raised:
+                    c.dispatch(job, job_id=job_id, detach_grace=grace,
+                               timeout=0.8)
+                self.assertEqual(raised.exception.exit_code, 73)
+            kept, dropped = c.attach("kept"), c.attach("dropped")
+        self.assertEqual((kept.exit_code, kept.stdout), (0, b"up\ndone\n"))
+        self.assertEqual(dropped.failure.reason, "CANCELLED")
+
+    def test_payload_and_cwd(self):
+        with tempfile.TemporaryDirectory() as directory, self.connect() as c:
+            result = c.dispatch(["pwd"], cwd=directory, payload=b"\0opaque")
+            self.assertEqual(result.stdout.decode().strip(),
+                             os.path.realpath(directory))
+            bad = c.dispatch(["pwd"], cwd=os.path.join(directory, "gone"))
+        self.assertEqual(bad.failure.reason, "START_FAILED")
+
+
+class PlaintextTests(HandleTests):
+    """Over TCP plaintext, and through a proxy that cuts connections."""
+
+    def through_proxy_cut_once_running(self, job_id):
+        """A connection through a proxy whose connections are cut once job
+        `job_id` has written output (seen directly, by ListJobs)."""
+        proxy = TcpProxy(self.worker.port)
+        self.addCleanup(proxy.close)
+
+        def cut():
+            with self.open(self.address()) as direct:
+                wait_for(lambda: any(j.job_id == job_id and j.written.stdout
+                                     for j in direct.jobs()))
+            proxy.cut()
+        cutter = threading.Thread(target=cut)
+        cutter.start()
+        self.addCleanup(cutter.join)
+        return proxy, self.open(proxy.address)
+
+    def test_dispatch_attaches_again_after_a_lost_connection(self):
+        proxy, connection = self.through_proxy_cut_once_running("comes-back")
+        with connection as c:
+            result = c.dispatch(
+                ["/bin/sh", "-c", "seq 1 20000; sleep 1.5; echo late; "
+                 "exit 5"], job_id="comes-back", detach_grace=30)
+        self.assertEqual(proxy.cuts, 1)
+        self.assertEqual(result.exit_code, 5)
+        self.assertEqual(result.stdout, SEQ + b"late\n")
+
+    def test_without_reattach_a_lost_connection_is_outcome_unknown(self):
+        _, connection = self.through_proxy_cut_once_running("lost")
+        with connection as c:
+            with self.assertRaises(cfdb_worker.OutcomeUnknown):
+                c.dispatch(["/bin/sh", "-c", "echo x; sleep 2"],
+                           job_id="lost", detach_grace=30, reattach=False)
+            self.assertEqual(c.attach("lost").stdout, b"x\n")
+
+
+class MutualTlsTests(HandleTests):
+    """Over mutual TLS, and what admission adds."""
+
+    def test_an_observer_lists_jobs_but_cannot_attach_or_cancel(self):
+        with self.connect() as c, self.connect(self.worker_pem) as observer:
+            with concurrent.futures.ThreadPoolExecutor() as pool:
+                job = pool.submit(c.dispatch, ["sleep", "1"], job_id="seen")
+                self.assertTrue(wait_for(lambda: any(
+                    j.job_id == "seen" for j in observer.jobs())))
+                listed = [j for j in observer.jobs() if j.job_id == "seen"]
+                with self.assertRaises(cfdb_worker.PermissionDenied):
+                    observer.attach("seen")
+                with self.assertRaises(cfdb_worker.PermissionDenied):
+                    observer.cancel("seen", grace=0)
+                self.assertTrue(job.result().ok)
+        self.assertEqual(listed[0].client, "api.cfdb.internal")
+        self.assertTrue(listed[0].attached)
+
+
+test_cases(globals(), PlaintextTests, HandleTests, MutualTlsTests)
+
+if __name__ == "__main__":
+    unittest.main()

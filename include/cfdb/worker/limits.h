@@ -1,0 +1,44 @@
+// Sizes the worker, its clients, tests and benchmarks agree on, each named
+// once here: the wire's message limit, the chunks stdin and output travel
+// in, and a job's outbox. Constants only; no dependencies.
+//
+// Example:
+//   grpc::ChannelArguments args;
+//   args.SetMaxReceiveMessageSize(cfdb::worker::kMaxMessageBytes);
+//
+// The Python client repeats kMaxMessageBytes
+// (clients/python/cfdb_worker/connection.py).
+#pragma once
+
+#include <cstddef>
+
+namespace cfdb::worker {
+
+// kMaxMessageBytes bounds one gRPC message either way, 64 MiB: a request
+// carries argv, environment and stdin; an event carries output.
+inline constexpr int kMaxMessageBytes = 64 << 20;
+
+// kStdinChunkBytes bounds the stdin a client sends in one message, 256 KiB:
+// what its stdin has at once, up to this.
+inline constexpr std::size_t kStdinChunkBytes = std::size_t{256} << 10;
+
+// kMaxStdinChunkBytes is the largest stdin chunk the worker takes in one
+// message, 4 MiB (16 client chunks), so that a job's input costs it a known
+// amount: two chunks waiting and one being parsed.
+inline constexpr std::size_t kMaxStdinChunkBytes = std::size_t{4} << 20;
+
+// kOutputChunkBytes bounds one output event, 1 MiB: a job's pipe is read
+// until empty up to this, so that a fast writer's output travels in few
+// large messages rather than one per pipe-sized read.
+inline constexpr std::size_t kOutputChunkBytes = std::size_t{1} << 20;
+
+// kOutputPipeBytes is the capacity asked of the kernel for each output pipe
+// of a job, 1 MiB (best effort: the default is 64 KiB, the ceiling
+// /proc/sys/fs/pipe-max-size, 1 MiB by default).
+inline constexpr int kOutputPipeBytes = 1 << 20;
+
+// kOutboxBytes is how much of a job's output waits for an attached reader
+// before the job's pipes are left unread (flow control), 256 KiB.
+inline constexpr std::size_t kOutboxBytes = std::size_t{256} << 10;
+
+}  // namespace cfdb::worker

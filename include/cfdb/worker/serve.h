@@ -1,0 +1,113 @@
+// Serve: the whole `cfdb-worker serve` in one call, for a program that
+// embeds the worker and registers job kinds of its own. It does what the
+// binary does, in the same order, and returns when the worker retires:
+//
+// - the process made ready while it has one thread: SIGPIPE ignored, the
+//   descriptor limit raised, the job guard forked (it kills the jobs'
+//   process groups if the process dies), the jobs' containment started,
+//   privileges dropped (--worker-user, --job-user), SIGTERM and SIGINT
+//   blocked;
+// - logging set up (spdlog's default logger on stderr, text or JSON, with
+//   gRPC's own lines routed into it: --log-level, --log-format);
+// - the worker, with the built-in exec kind and the kinds `register_kinds`
+//   adds; the server (TCP, and the Unix socket with --uds; mutual TLS from
+//   a checked private copy of the files);
+// - SIGTERM and SIGINT as stop requests with the signal grace (a second one
+//   cancels what is left); the Stop RPC;
+// - the retirement policy on the calling thread: the loopback self-poll of
+//   Idle (idle timeout), the max lifetime, the listener check;
+// - EMF metrics and busy-aware ECS scale-in protection when configured;
+// - the drain, its log line, and the server's shutdown.
+//
+//   int main() {
+//     absl::Status s = cfdb::worker::Serve(
+//         {.flags = {{"--idle-timeout-seconds", "60"}}},
+//         [](cfdb::worker::Worker& worker) {
+//           return worker.RegisterKind("echo", {.run = ...});
+//         });
+//     if (absl::IsInvalidArgument(s)) std::cerr << s.message() << "\n";
+//     return cfdb::worker::ServeExitCode(s);
+//   }
+//
+// A whole program: examples/reverse_worker.cc; the knobs: README.md,
+// "Configuration".
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "cfdb/worker/worker.h"
+
+namespace cfdb::worker {
+
+// ServeOptions configure Serve with the knobs of `cfdb-worker serve`
+// (README.md, "Configuration"), checked by the same rules.
+struct ServeOptions {
+  // Knob values keyed by flag, as on serve's command line, e.g.
+  // {"--port", "0"}, {"--idle-timeout-seconds", "60"}; a switch takes
+  // "true". A flag beats its CFDB_WORKER_* variable, which beats the
+  // default.
+  std::map<std::string, std::string, std::less<>> flags;
+  // Where the CFDB_WORKER_* variables (and the PEMs --tls-*-env name) are
+  // read; empty: this process's environment, whose PEM variables are then
+  // wiped once read (as the binary does).
+  std::function<std::optional<std::string>(std::string_view)> environment;
+  // Register the built-in exec kind (kExecKind: clients run programs), as
+  // the binary does. A worker that should run only its own kinds turns it
+  // off.
+  bool exec_kind = true;
+};
+
+// Serve serves a worker until it retires (see the top of this file) and
+// returns why. Blocks the calling thread throughout.
+//
+// Call it once per process, from the main thread, before any other thread
+// is started (no gRPC channel or server made before it, no thread pool):
+// it forks the job guard, drops privileges and blocks SIGTERM and SIGINT
+// while it has the only thread, so that every later thread inherits the
+// blocked signals and the guard is forked from a process without locks
+// held. A thread started earlier could take a SIGTERM and end the process
+// without a drain; Serve logs a warning when it finds more than one thread.
+// It replaces spdlog's default logger and sets SIGPIPE to be ignored, and
+// leaves them so. It returns with an alarm armed (alarm(2), SIGALRM): gRPC's
+// shutdown has been seen to stall, so the process ends (exit 1, saying so)
+// if it has not exited 15 s after the drain ended; a program that goes on
+// after Serve cancels it with alarm(0).
+//
+// `register_kinds` (may be empty) is called once with the worker before it
+// is served, after the exec kind was registered: it registers the
+// program's kinds (Worker::RegisterKind) and may set Worker::OnStopping or
+// OnDrained callbacks. The worker lives until Serve returns; handlers must
+// not use it after that.
+//
+// Returns:
+// - OK: the worker retired cleanly (idle, max lifetime, a signal, a Stop
+//   RPC) and every job ended;
+// - INVALID_ARGUMENT: the configuration was refused: a key of `flags` that
+//   is not a knob of serve, or a bad value, with a message naming the flag
+//   or variable (as the binary words it). Nothing was done, and nothing
+//   logged (logging is not set up yet): the caller should say it;
+// - PERMISSION_DENIED: the process could not take the identity the
+//   configuration asks for (--worker-user, --job-user: e.g. jobs of another
+//   user without CAP_SETUID and CAP_SETGID);
+// - UNAVAILABLE: the worker stopped because it could no longer accept
+//   connections (its listener was lost), after its drain: the platform
+//   should replace it;
+// - FAILED_PRECONDITION: a part could not start: the server (the address
+//   in use, the Unix socket taken), the containment, the TLS files' copy,
+//   the signal thread;
+// - whatever `register_kinds` returned, when not OK (nothing was served).
+// Every failure but INVALID_ARGUMENT is also logged.
+absl::Status Serve(const ServeOptions& options,
+                   const std::function<absl::Status(Worker&)>& register_kinds);
+
+// ServeExitCode maps what Serve returned to the exit code of `cfdb-worker
+// serve`: 0 for OK, 2 for a refused configuration or identity
+// (INVALID_ARGUMENT, PERMISSION_DENIED), 1 for anything else.
+int ServeExitCode(const absl::Status& status);
+
+}  // namespace cfdb::worker

@@ -1,0 +1,210 @@
+// Jobs as handles from the outside (issue 22): `dispatch` comes back to its
+// job after its connection is cut, and no stop decided on a stale reading
+// ever drains or cancels a job accepted after it: neither reap's nor the
+// worker's own idle retirement.
+#include <signal.h>
+
+#include <atomic>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/errors.h"
+#include "cfdb/worker/exec.h"
+#include "cfdb/worker/server.h"
+#include "cfdb/worker/worker.h"
+#include "daemon/reap.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "support/daemon.h"
+#include "support/test_job.h"
+#include "support/wait_for.h"
+
+namespace cfdb::worker {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::CollectingJob;
+using testing::Command;
+using testing::Daemon;
+using testing::ExecRequest;
+
+// Proxy is tests/daemon/tcp_proxy.py forwarding a port to `target`; Cut
+// (SIGUSR1) cuts every connection it carries, as its end does.
+class Proxy {
+ public:
+  Proxy(int listen_port, int target)
+      : job_(
+            ExecRequest({"python3", CFDB_TCP_PROXY, std::to_string(listen_port),
+                         std::to_string(target)})) {
+    thread_ = std::thread([this] { RunExec(job_); });
+    EXPECT_TRUE(job_.WaitForOutput("listening on"));
+    std::smatch m;
+    const std::string out = job_.out();
+    if (std::regex_search(out, m,
+                          std::regex(R"(127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
+      port_ = std::stoi(m[1]);
+      pid_ = std::stoi(m[2]);
+    }
+  }
+  ~Proxy() {
+    job_.Cancel();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  // Cut cuts every connection it carries; it goes on listening.
+  void Cut() const {
+    if (pid_ > 0) kill(pid_, SIGUSR1);
+  }
+
+ private:
+  CollectingJob job_;
+  std::thread thread_;
+  int port_ = 0;
+  pid_t pid_ = 0;
+};
+
+std::string Numbers(int from, int to) {
+  std::string text;
+  for (int i = from; i <= to; ++i) absl::StrAppend(&text, i, "\n");
+  return text;
+}
+
+// The connection of a `dispatch` is cut in the middle of its job: the
+// command attaches again from the offsets it got to and exits with the
+// job's own code and every byte of its output, once. The attach that took
+// lasts as long as the job (here 11 s more than the window for trying,
+// 10 s at a detach grace of 5 s), and a second cut, 13 s after the first,
+// gets a window of its own.
+TEST(HandleTest, DispatchComesBackToItsJobAfterItsConnectionIsCut) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  const Proxy proxy(0, daemon.port());
+  const int port = proxy.port();
+  ASSERT_GT(port, 0);
+  CollectingJob dispatch(Command(
+      {"dispatch", "--address", absl::StrCat("127.0.0.1:", port), "--job-id",
+       "cut", "--detach-grace-seconds", "5", "--no-stdin", "--", "sh", "-c",
+       "seq 1 30000; sleep 2; seq 30001 60000; sleep 11; seq 60001 90000; "
+       "sleep 2; seq 90001 120000; exit 5"}));
+  JobOutcome ended;
+  std::thread client([&] { ended = RunExec(dispatch); });
+  for (const char* seen : {"\n30000\n", "\n90000\n"}) {
+    EXPECT_TRUE(dispatch.WaitForOutput(seen)) << dispatch.err();
+    proxy.Cut();  // every connection through it is cut
+  }
+  client.join();
+  EXPECT_EQ(ended, JobOutcome::Exited(5)) << dispatch.err();
+  EXPECT_TRUE(dispatch.out() == Numbers(1, 120000))
+      << dispatch.out().size() << " bytes; " << dispatch.err();
+  EXPECT_THAT(dispatch.err(), ::testing::HasSubstr("attaching again"));
+}
+
+// A worker and a client in this process, restarted once stopped.
+class ServedWorker {
+ public:
+  ServedWorker() {
+    EXPECT_TRUE(worker_.RegisterKind(kExecKind, ExecKind()).ok());
+    auto server = WorkerServer::Start(worker_, {.address = "127.0.0.1:0"});
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  std::string address() const {
+    return absl::StrCat("127.0.0.1:", server_->port());
+  }
+  Worker& worker() { return worker_; }
+
+ private:
+  Worker worker_{WorkerOptions{.max_concurrent_tasks = 2}};
+  std::unique_ptr<WorkerServer> server_;
+};
+
+// 200 rounds of a dispatch fired while reap runs against the same worker,
+// its threshold at the idle edge, the stop with grace 0 (a job it drained
+// would be cancelled): a job the worker accepts always runs to its end, and
+// a worker reap stops has taken no job after its poll.
+TEST(ReapRaceTest, ReapNeverDrainsOrCancelsAJobAcceptedAfterItsPoll) {
+  constexpr double kThreshold = 0.002;
+  int stopped = 0, kept = 0, raced = 0;
+  auto served = std::make_unique<ServedWorker>();
+  for (int round = 0; round < 200; ++round) {
+    // At the edge: idle just past the threshold.
+    ASSERT_TRUE(testing::WaitFor(
+        [&] { return ToSeconds(served->worker().Idle()) >= kThreshold; }));
+    cli::ReapOptions options;
+    options.client.timeout = seconds(5);
+    options.client.attempts = 1;
+    options.idle_threshold_seconds = kThreshold;
+    options.grace_seconds = 0;
+    cli::ReapResult reaped;
+    std::thread reap(
+        [&] { reaped = cli::ReapOne(options, served->address()); });
+    auto connection = WorkerConnection::Open(served->address());
+    ASSERT_TRUE(connection.ok());
+    JobRequest request = ExecRequest({"true"});
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * (round % 20)));
+    const absl::StatusOr<JobOutcome> outcome =
+        (*connection)->Dispatch(request, {}, seconds(30));
+    reap.join();
+    if (outcome.ok()) {
+      EXPECT_EQ(*outcome, JobOutcome::Exited(0))
+          << "round " << round << ": an accepted job was cut short by reap";
+    } else {
+      EXPECT_TRUE(IsTransient(ClassifyError(Rpc::kDispatch, outcome.status())))
+          << "round " << round << ": " << outcome.status();
+    }
+    if (reaped.action == cli::ReapAction::kStopped) {
+      EXPECT_EQ(reaped.stopped->drained + reaped.stopped->cancelled, 0u)
+          << "round " << round << ": reap stopped a worker with a job";
+      ++stopped;
+      served = std::make_unique<ServedWorker>();
+    } else {
+      ++kept;
+      raced += reaped.action == cli::ReapAction::kKeptBecameBusy;
+    }
+  }
+  std::cout << "reap race: stopped " << stopped << ", kept " << kept
+            << " (of which the stop lost the race: " << raced << ")\n";
+}
+
+// The same race against the worker's own idle retirement at its timeout:
+// every job the worker accepts runs to its end.
+TEST(SelfReaperRaceTest, IdleRetirementNeverCutsShortAJobAcceptedAfterItsPoll) {
+  int retired = 0, accepted = 0;
+  for (int round = 0; round < 10; ++round) {
+    Daemon daemon({"--idle-timeout-seconds", "0.2",
+                   "--idle-poll-interval-seconds", "0.05",
+                   "--max-lifetime-grace-seconds", "0"});
+    ASSERT_GT(daemon.port(), 0) << daemon.log();
+    auto connection = WorkerConnection::Open(daemon.address());
+    ASSERT_TRUE(connection.ok());
+    // Jobs aimed at the timeout, until the worker retires (the last after
+    // a wait well past it).
+    for (int shot = 0;; ++shot) {
+      std::this_thread::sleep_for(
+          milliseconds(shot < 15 ? 150 + (shot * 7 + round) % 60 : 1000));
+      const absl::StatusOr<JobOutcome> outcome =
+          (*connection)->Dispatch(ExecRequest({"true"}), {}, seconds(30));
+      if (!outcome.ok()) {
+        EXPECT_TRUE(
+            IsTransient(ClassifyError(Rpc::kDispatch, outcome.status())))
+            << outcome.status();
+        break;
+      }
+      ++accepted;
+      EXPECT_EQ(*outcome, JobOutcome::Exited(0))
+          << "round " << round << ": an accepted job was cut short";
+    }
+    EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
+    EXPECT_THAT(daemon.log(), ::testing::HasSubstr("0 finished, 0 cancelled"));
+    ++retired;
+  }
+  std::cout << "self-reaper race: " << retired << " retirements, " << accepted
+            << " jobs accepted at the edge\n";
+}
+
+}  // namespace
+}  // namespace cfdb::worker
