@@ -261,8 +261,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   // broke later gets a window of its own); an attach that took lasts as
   // long as the job, bounded only by --timeout-seconds.
   Rpc rpc = Rpc::kDispatch;
-  const std::optional<TimePoint> deadline =
-      timeout ? std::optional<TimePoint>(start + *timeout) : std::nullopt;
+  const TimePoint deadline = timeout ? start + *timeout : TimePoint::max();
   TimePoint give_up = TimePoint::min();
   std::optional<Backoff> backoff;
   while (!outcome.ok() && signals.signal() == 0 &&
@@ -272,7 +271,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
     const TimePoint now = std::chrono::steady_clock::now();
     if (LostStream(rpc, outcome.status())) {
       give_up = std::min(now + ReattachWindow(dispatch.detach_grace_seconds),
-                         deadline.value_or(TimePoint::max()));
+                         deadline);
       backoff.emplace(kRetryInitialDelay, Backoff::kDefaultFactor,
                       kRetryMaxDelay);
     }
@@ -284,7 +283,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
     std::this_thread::sleep_for(delay);
     rpc = Rpc::kAttach;
     std::optional<Duration> left;
-    if (deadline) left = *deadline - std::chrono::steady_clock::now();
+    if (timeout) left = deadline - std::chrono::steady_clock::now();
     outcome =
         (*connection)->Attach(request.job_id, output.from(), callbacks, left);
   }
