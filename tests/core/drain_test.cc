@@ -19,7 +19,7 @@ namespace {
 using std::chrono::hours;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::CollectingJob;
+using test_support::CollectingJob;
 using ::testing::HasSubstr;
 
 const TimePoint t0 = TimePoint(hours(1000));
@@ -130,12 +130,13 @@ TEST(StopRequestsTest, AHugeGraceSaturatesInsteadOfWrapping) {
 class WorkerDrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(worker_.RegisterKind("gate", testing::GateKind(release_)).ok());
+    ASSERT_TRUE(
+        worker_.RegisterKind("gate", test_support::GateKind(release_)).ok());
   }
 
   std::shared_ptr<CollectingJob> Dispatch() {
     JobRequest request;
-    request.job_id = testing::UniqueJobId("gate");
+    request.job_id = test_support::UniqueJobId("gate");
     request.kind = "gate";
     auto job = std::make_shared<CollectingJob>(request);
     EXPECT_TRUE(worker_.Dispatch(job).ok());
@@ -175,7 +176,7 @@ TEST_F(WorkerDrainTest, AJobLeavesTheDocketBeforeItsEndIsToldAndIsCounted) {
   EXPECT_EQ(probe->in_flight_at_end, 0u);
   std::shared_ptr<CollectingJob> finished = Dispatch();
   ASSERT_TRUE(
-      testing::WaitFor([&] { return finished->outcome().has_value(); }));
+      test_support::WaitFor([&] { return finished->outcome().has_value(); }));
   const JobCounts counts = worker_.counts();
   EXPECT_EQ(counts.started, 2u);
   EXPECT_EQ(counts.succeeded, 2u);
@@ -190,7 +191,7 @@ TEST_F(WorkerDrainTest, ALaterShorterRequestCancelsALongDrain) {
                                         milliseconds(50)))
       << "a 6 h drain with a job running";
   JobRequest another = job->request();
-  another.job_id = testing::UniqueJobId("gate");
+  another.job_id = test_support::UniqueJobId("gate");
   EXPECT_EQ(worker_.Dispatch(std::make_shared<CollectingJob>(another)).code(),
             absl::StatusCode::kUnavailable)
       << "draining: no new work";

@@ -20,7 +20,7 @@ constexpr absl::Duration kTimeout = absl::Seconds(30);
 // WaitParked waits until every thread of `threads` waits for a task;
 // false after 30 s.
 bool WaitParked(const JobThreads& threads) {
-  return testing::WaitFor(
+  return test_support::WaitFor(
       [&] { return threads.parked() == threads.threads(); });
 }
 

@@ -30,8 +30,9 @@ class NullReader final : public JobReader {
 class JobsTest : public ::testing::Test {
  protected:
   JobsTest() {
-    EXPECT_TRUE(worker_.RegisterKind("gate", testing::GateKind(release_)).ok());
-    EXPECT_TRUE(worker_.RegisterKind("echo", testing::EchoKind()).ok());
+    EXPECT_TRUE(
+        worker_.RegisterKind("gate", test_support::GateKind(release_)).ok());
+    EXPECT_TRUE(worker_.RegisterKind("echo", test_support::EchoKind()).ok());
   }
 
   static JobRequest Request(std::string id, std::string kind,
@@ -54,7 +55,7 @@ class JobsTest : public ::testing::Test {
   }
 
   static bool Ended(const std::shared_ptr<Job>& job) {
-    return testing::WaitFor([&] { return job->outcome().has_value(); });
+    return test_support::WaitFor([&] { return job->outcome().has_value(); });
   }
 
   FakeClock clock_;
@@ -145,8 +146,8 @@ TEST_F(JobsTest, AReaderThatAttachesWithinTheDetachGraceKeepsTheJob) {
   job->ReaderLeft(reader_.get());
   ASSERT_TRUE(worker_.Attach("j", std::make_shared<NullReader>(), {}).ok());
   // Three detach graces later it still runs.
-  EXPECT_FALSE(
-      testing::WaitFor([&] { return job->cancelled(); }, milliseconds(300)));
+  EXPECT_FALSE(test_support::WaitFor([&] { return job->cancelled(); },
+                                     milliseconds(300)));
   release_.Notify();
   ASSERT_TRUE(Ended(job));
   EXPECT_EQ(*job->outcome(), JobOutcome::Exited(0));
@@ -174,7 +175,7 @@ TEST_F(JobsTest, WhenEndedTellsOnceTheJobEndsOrAtOnceAfter) {
   job->WhenEnded([&](const JobOutcome&) { ++told; });
   EXPECT_EQ(told, 0);
   release_.Notify();
-  ASSERT_TRUE(testing::WaitFor([&] { return told == 1; }));
+  ASSERT_TRUE(test_support::WaitFor([&] { return told == 1; }));
   job->WhenEnded([&](const JobOutcome&) { ++told; });
   EXPECT_EQ(told, 2);
 }
@@ -239,7 +240,8 @@ TEST(ConditionalStopRaceTest, ADispatchAndAConditionalStopNeverBothWin) {
   for (int round = 0; round < 200; ++round) {
     absl::Notification release;
     Worker worker(WorkerOptions{.max_concurrent_tasks = 1});
-    ASSERT_TRUE(worker.RegisterKind("gate", testing::GateKind(release)).ok());
+    ASSERT_TRUE(
+        worker.RegisterKind("gate", test_support::GateKind(release)).ok());
     JobRequest request;
     request.job_id = "race";
     request.kind = "gate";

@@ -8,7 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spdlog/sinks/ostream_sink.h"
+#include "support/log_capture.h"
 
 namespace cfdb::worker {
 namespace {
@@ -19,22 +19,12 @@ using ::testing::ElementsAre;
 
 class LogThrottleTest : public ::testing::Test {
  protected:
-  LogThrottleTest() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
-    auto logger = std::make_shared<spdlog::logger>("test", sink);
-    logger->set_pattern("%l %v");
-    spdlog::set_default_logger(logger);
-  }
-  // The logger writes into log_: the next test (in one process) must not.
-  ~LogThrottleTest() override { spdlog::set_default_logger(previous_); }
-
   std::vector<std::string> Lines() const {
     return absl::StrSplit(log_.str(), '\n', absl::SkipEmpty());
   }
 
-  const std::shared_ptr<spdlog::logger> previous_;
   FakeClock clock_;
-  std::ostringstream log_;
+  test_support::LogCapture log_;
   LogThrottle throttle_{clock_, seconds(10)};
 };
 

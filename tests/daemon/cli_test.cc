@@ -19,9 +19,9 @@
 namespace cfdb::worker {
 namespace {
 
-using testing::CollectingJob;
-using testing::Command;
-using testing::Daemon;
+using test_support::CollectingJob;
+using test_support::Command;
+using test_support::Daemon;
 using ::testing::HasSubstr;
 
 TEST(CliTest, RetiresItselfWhenIdleAndSaysWhy) {
@@ -66,8 +66,8 @@ TEST(CliTest, DispatchIdleAndStopFromTheCommandLine) {
 
 TEST(CliTest, SecondSignalCancelsTheDrain) {
   Daemon daemon({"--signal-grace-seconds", "-1"});
-  testing::BackgroundDispatch client(daemon.address(),
-                                     testing::ExecRequest({"sleep", "300"}));
+  test_support::BackgroundDispatch client(
+      daemon.address(), test_support::ExecRequest({"sleep", "300"}));
   kill(daemon.pid(), SIGTERM);
   // The first signal starts a drain without limit; the job keeps running.
   ASSERT_TRUE(daemon.WaitForLog("exiting: signal; draining without limit"));
@@ -206,8 +206,8 @@ TEST(CliTest, EverythingAfterDoubleDashIsTheCommandsArguments) {
 
 // A plaintext call to a worker that speaks TLS says so, and what to pass.
 TEST(CliTest, APlaintextCallToATlsWorkerSaysItSpeaksTls) {
-  testing::TestPki pki;
-  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  test_support::TestPki pki;
+  const test_support::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
   Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
                  "--tls-key", worker.key, "--idle-timeout-seconds", "0"});
   CollectingJob idle(Command({"idle", "--address", daemon.address()}));

@@ -31,7 +31,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::Daemon;
+using test_support::Daemon;
 
 constexpr auto kTimeout = seconds(30);
 
@@ -95,7 +95,7 @@ double WallSeconds(const std::string& log, const std::string& text) {
 // CpuSeconds returns the user + system time `pid` has used.
 double CpuSeconds(pid_t pid) {
   const std::string stat =
-      testing::ProcFile(absl::StrCat("/proc/", pid, "/stat"));
+      test_support::ProcFile(absl::StrCat("/proc/", pid, "/stat"));
   if (stat.find(')') == std::string::npos) return -1;
   std::istringstream rest(stat.substr(stat.rfind(')') + 2));
   std::string field;
@@ -150,11 +150,11 @@ TEST_P(ClockStepTest, DrainGraceKeepsItsTime) {
   ASSERT_TRUE(connection.ok());
   absl::StatusOr<JobOutcome> outcome;
   std::thread job([&] {
-    outcome =
-        (*connection)
-            ->Dispatch(testing::ExecRequest({"sleep", "100"}), {}, kTimeout);
+    outcome = (*connection)
+                  ->Dispatch(test_support::ExecRequest({"sleep", "100"}), {},
+                             kTimeout);
   });
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     absl::StatusOr<double> idle = (*connection)->IdleTime(seconds(5));
     return idle.ok() && *idle == 0;
   }));

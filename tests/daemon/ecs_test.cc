@@ -20,9 +20,9 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using testing::CollectingJob;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::CollectingJob;
+using test_support::Daemon;
+using test_support::ExecRequest;
 using ::testing::HasSubstr;
 
 // FakeAgent runs fake_ecs_agent.py ARGS and reads the requests it answered.
@@ -59,8 +59,8 @@ class FakeAgent {
     return requests;
   }
   bool WaitForRequests(size_t n) {
-    return testing::WaitFor([&] { return Requests().size() >= n; },
-                            seconds(20));
+    return test_support::WaitFor([&] { return Requests().size() >= n; },
+                                 seconds(20));
   }
   // WaitForArrival waits for request `n` (from 0) to arrive, answered or
   // not.
@@ -96,7 +96,7 @@ TEST(EcsScaleInTest, OverlappingJobsMakeOneEnableAndOneDisable) {
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection = Connect(daemon);
   std::thread first([&] { RunJob(*connection, {"sleep", "1"}); });
-  ASSERT_TRUE(testing::WaitFor(
+  ASSERT_TRUE(test_support::WaitFor(
       [&] { return connection->IdleTime(seconds(1)).value_or(1) == 0; }));
   std::thread second([&] { RunJob(*connection, {"sleep", "1"}); });
   first.join();
@@ -229,7 +229,7 @@ TEST(EmfMetricsTest, LinesValidateAndCountTheJobsRun) {
   RunJob(*connection, {"true"});
   RunJob(*connection, {"false"});
   std::thread cancelled([&] { RunJob(*connection, {"sleep", "30"}); });
-  ASSERT_TRUE(testing::WaitFor(
+  ASSERT_TRUE(test_support::WaitFor(
       [&] { return (*connection).IdleTime(seconds(1)).value_or(1) == 0; }));
   // An interval line (the first, at 1 s) while it runs.
   ASSERT_TRUE(daemon.WaitForLog("\"JobsInFlight\":1")) << daemon.log();

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
+#include "support/loopback.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -27,10 +28,10 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::CollectingJob;
-using testing::Command;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::CollectingJob;
+using test_support::Command;
+using test_support::Daemon;
+using test_support::ExecRequest;
 
 // Proxy is tests/daemon/tcp_proxy.py forwarding a port to `target`; Cut
 // (SIGUSR1) cuts every connection it carries, as its end does.
@@ -86,7 +87,7 @@ TEST(HandleTest, DispatchComesBackToItsJobAfterItsConnectionIsCut) {
   const int port = proxy.port();
   ASSERT_GT(port, 0);
   CollectingJob dispatch(Command(
-      {"dispatch", "--address", absl::StrCat("127.0.0.1:", port), "--job-id",
+      {"dispatch", "--address", test_support::LoopbackAddress(port), "--job-id",
        "cut", "--detach-grace-seconds", "5", "--no-stdin", "--", "sh", "-c",
        "seq 1 30000; sleep 2; seq 30001 60000; sleep 11; seq 60001 90000; "
        "sleep 2; seq 90001 120000; exit 5"}));
@@ -113,7 +114,7 @@ class ServedWorker {
     server_ = *std::move(server);
   }
   std::string address() const {
-    return absl::StrCat("127.0.0.1:", server_->port());
+    return test_support::LoopbackAddress(server_->port());
   }
   Worker& worker() { return worker_; }
 
@@ -132,7 +133,7 @@ TEST(ReapRaceTest, ReapNeverDrainsOrCancelsAJobAcceptedAfterItsPoll) {
   auto served = std::make_unique<ServedWorker>();
   for (int round = 0; round < 200; ++round) {
     // At the edge: idle just past the threshold.
-    ASSERT_TRUE(testing::WaitFor(
+    ASSERT_TRUE(test_support::WaitFor(
         [&] { return ToSeconds(served->worker().Idle()) >= kThreshold; }));
     cli::ReapOptions options;
     options.client.timeout = seconds(5);

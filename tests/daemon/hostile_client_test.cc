@@ -34,12 +34,12 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::CallRaw;
-using testing::CollectingJob;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::CallRaw;
+using test_support::CollectingJob;
+using test_support::Daemon;
+using test_support::ExecRequest;
+using test_support::HeapLikeProduction;
 using ::testing::HasSubstr;
-using testing::HeapLikeProduction;
 using ::testing::Not;
 
 constexpr char kForged[] =
@@ -212,8 +212,8 @@ TEST(HostileClientTest, ALongFieldStaysInvalidArgument) {
 TEST(HostileClientTest, ADocketFullFloodIsLoggedWithACount) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--max-concurrent-tasks", "1"});
   auto connection = WorkerConnection::Open(daemon.address());
-  testing::BackgroundDispatch busy(daemon.address(),
-                                   ExecRequest({"sleep", "3"}), seconds(30));
+  test_support::BackgroundDispatch busy(
+      daemon.address(), ExecRequest({"sleep", "3"}), seconds(30));
   int refused = 0;
   for (int i = 0; i < 500; ++i) {
     JobRequest r = ExecRequest({"true"});
@@ -232,7 +232,7 @@ TEST(HostileClientTest, ADocketFullFloodIsLoggedWithACount) {
 }
 
 // RssKib is the resident size of `pid` in KiB.
-int64_t RssKib(pid_t pid) { return testing::StatusNumber(pid, "VmRSS"); }
+int64_t RssKib(pid_t pid) { return test_support::StatusNumber(pid, "VmRSS"); }
 
 // The documented bound of docs/SECURITY.md ("Limits"): one abusive
 // connection leaves the worker under this much above its baseline.
@@ -265,7 +265,7 @@ TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
   int calls = 0;
   std::vector<std::string> slow;
   // 1 s, the bound docs/SECURITY.md states, in the production build.
-  const auto bound = seconds(1) * testing::kSanitizerSlowdown;
+  const auto bound = seconds(1) * test_support::kSanitizerSlowdown;
   Duration slowest{};
   while (!done) {
     const auto start = std::chrono::steady_clock::now();
@@ -292,7 +292,7 @@ TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
                 HasSubstr("the rapid-reset pattern): connection cut"));
   }
   EXPECT_LT(peak - baseline, kAbuseBoundKib) << abuse.out();
-  EXPECT_TRUE(testing::WaitFor(
+  EXPECT_TRUE(test_support::WaitFor(
       [&] { return RssKib(daemon.pid()) - baseline < kSettledKib; },
       seconds(15)))
       << "baseline " << baseline << " KiB, now " << RssKib(daemon.pid());
@@ -386,8 +386,9 @@ TEST_P(DescriptorExhaustionTest, NeverLeavesTheWorkerUnreachable) {
     return;
   }
   // Not served: the worker must have seen it and left, within the bound.
-  EXPECT_TRUE(testing::WaitFor(stopped, released + kBound + seconds(3) -
-                                            std::chrono::steady_clock::now()))
+  EXPECT_TRUE(test_support::WaitFor(
+      stopped,
+      released + kBound + seconds(3) - std::chrono::steady_clock::now()))
       << daemon.log();
   std::cout << "listener lost; the worker left "
             << ToSeconds(std::chrono::steady_clock::now() - released)

@@ -78,7 +78,7 @@ TEST(MetricsReporterTest, LinesComeEveryIntervalAndEndWithTheExitLine) {
         absl::MutexLock lock(&mu);
         lines.push_back(nlohmann::json::parse(line));
       });
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     absl::MutexLock lock(&mu);
     return lines.size() >= 3;
   }));

@@ -21,8 +21,8 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::Daemon;
+using test_support::ExecRequest;
 
 constexpr auto kTimeout = seconds(30);
 
@@ -33,7 +33,7 @@ int ProcessesRunning(const std::string& cmdline) {
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator("/proc", error)) {
-    const std::string text = testing::ProcFile(entry.path() / "cmdline");
+    const std::string text = test_support::ProcFile(entry.path() / "cmdline");
     n += text == cmdline;
   }
   return n;

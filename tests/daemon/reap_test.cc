@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "support/background_dispatch.h"
 #include "support/daemon.h"
+#include "support/loopback.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
@@ -27,17 +28,17 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using testing::CollectingJob;
-using testing::Command;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::CollectingJob;
+using test_support::Command;
+using test_support::Daemon;
+using test_support::ExecRequest;
 using ::testing::HasSubstr;
 
 // WaitIdleFor waits until the worker at `address` has been idle `seconds`.
 void WaitIdleFor(const std::string& address, double seconds_idle,
                  const Credentials& credentials = Credentials::Insecure()) {
   auto connection = WorkerConnection::Open(address, credentials);
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     return (*connection)->IdleTime(seconds(5)).value_or(0) >= seconds_idle;
   }));
 }
@@ -72,7 +73,7 @@ class LegacyServer {
     server_ = builder.BuildAndStart();
   }
   ~LegacyServer() { server_->Shutdown(); }
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  std::string address() const { return test_support::LoopbackAddress(port_); }
 
  private:
   grpc::health::v1::Health::CallbackService other_;
@@ -89,12 +90,13 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
   Daemon below({"--idle-timeout-seconds", "0"});
   LegacyServer legacy;
   const std::string unreachable = "127.0.0.1:1";
-  testing::BackgroundDispatch job(busy.address(), ExecRequest({"sleep", "4"}));
+  test_support::BackgroundDispatch job(busy.address(),
+                                       ExecRequest({"sleep", "4"}));
   WaitIdleFor(idle.address(), 1.3);
   auto below_connection = WorkerConnection::Open(below.address());
   ASSERT_TRUE((*below_connection)->Dispatch(ExecRequest({"true"}), {}).ok());
   // Its end reaches us a moment before the job leaves the docket.
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     return (*below_connection)->IdleTime(seconds(1)).value_or(0) > 0;
   }));
 
@@ -149,12 +151,12 @@ TEST(ReapTest, ADryRunStopsNothing) {
 // Under admission lists, a reaper that may only observe is told so for
 // its stop, and one not admitted at all for its poll.
 TEST(ReapTest, PermissionDeniedIsSaidByKind) {
-  testing::TestPki pki;
-  const testing::Pem worker =
+  test_support::TestPki pki;
+  const test_support::Pem worker =
       pki.Leaf("worker", {"DNS:worker.cfdb.internal", "IP:127.0.0.1"});
-  const testing::Pem observer =
+  const test_support::Pem observer =
       pki.Leaf("reaper", {"DNS:reaper.cfdb.internal"});
-  const testing::Pem stranger = pki.Leaf("stranger", {"DNS:stranger"});
+  const test_support::Pem stranger = pki.Leaf("stranger", {"DNS:stranger"});
   Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
                  "--tls-key", worker.key, "--idle-timeout-seconds", "0",
                  "--tls-admit-control", "api.cfdb.internal",

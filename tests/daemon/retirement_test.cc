@@ -9,8 +9,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "support/log_capture.h"
 
 namespace cfdb::worker {
 namespace {
@@ -62,11 +62,6 @@ class SourceProxy : public IdleSource {
 class RetirementTest : public ::testing::Test {
  protected:
   RetirementTest() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
-    auto logger = std::make_shared<spdlog::logger>("test", sink);
-    logger->set_pattern("%l %v");
-    logger->set_level(spdlog::level::debug);
-    spdlog::set_default_logger(logger);
     options_.idle_timeout = seconds(600);
     options_.idle_poll_interval = seconds(15);
     options_.idle_poll_deadline = seconds(5);
@@ -135,7 +130,7 @@ class RetirementTest : public ::testing::Test {
   Shutdown shutdown_;
   RetirementOptions options_;
   FakeIdleSource source_{clock_};
-  std::ostringstream log_;
+  test_support::LogCapture log_{spdlog::level::debug};
   TimePoint start_;
   int connects_ = 0;
   std::vector<Duration> stops_;

@@ -34,10 +34,10 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::Daemon;
+using test_support::ExecRequest;
+using test_support::WaitFor;
 using ::testing::HasSubstr;
-using testing::WaitFor;
 
 constexpr auto kTimeout = seconds(60);
 // The job user's first uid: it needs no entry in the user database.
@@ -74,8 +74,8 @@ std::unique_ptr<WorkerConnection> Connect(const Daemon& daemon) {
 // A job runs without privileges, with exactly fds 0-2, and can reach
 // neither the credentials, nor the worker, nor PID 1's environment.
 TEST_F(SandboxTest, AJobReachesNoSecretAndNotTheWorker) {
-  testing::TestPki pki;
-  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  test_support::TestPki pki;
+  const test_support::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
   std::filesystem::permissions(pki.dir(), std::filesystem::perms(0755));
   for (const std::string& file : {pki.ca().cert, worker.cert, worker.key}) {
     chmod(file.c_str(), 0600);
@@ -132,7 +132,7 @@ TEST_F(SandboxTest, AJobReachesNoSecretAndNotTheWorker) {
 // ProcStatus returns a "Name:\tvalue" line's value of /proc/<pid>/status.
 std::string ProcStatus(pid_t pid, const std::string& name) {
   std::istringstream in(
-      testing::ProcFile(absl::StrCat("/proc/", pid, "/status")));
+      test_support::ProcFile(absl::StrCat("/proc/", pid, "/status")));
   for (std::string line; std::getline(in, line);) {
     if (line.starts_with(name + ":\t")) return line.substr(name.size() + 2);
   }
@@ -144,15 +144,15 @@ std::string ProcStatus(pid_t pid, const std::string& name) {
 // CAP_SETUID, CAP_SETGID and CAP_KILL, wipes the variables, serves mutual
 // TLS from files only it may read, and still runs and contains jobs.
 TEST_F(SandboxTest, TheWorkerDropsToItsUserAndKeepsNoPemInItsEnvironment) {
-  testing::TestPki pki;
-  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
-  const std::string key = testing::TestPki::ReadFile(worker.key);
+  test_support::TestPki pki;
+  const test_support::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  const std::string key = test_support::TestPki::ReadFile(worker.key);
   Daemon daemon(
       {"--worker-user", "10001", "--job-user", kJobUser, "--tls-ca-env",
        "CA_PEM", "--tls-cert-env", "CERT_PEM", "--tls-key-env", "KEY_PEM",
        "--idle-timeout-seconds", "1", "--idle-poll-interval-seconds", "0.5"},
-      {"env", "CA_PEM=" + testing::TestPki::ReadFile(pki.ca().cert),
-       "CERT_PEM=" + testing::TestPki::ReadFile(worker.cert),
+      {"env", "CA_PEM=" + test_support::TestPki::ReadFile(pki.ca().cert),
+       "CERT_PEM=" + test_support::TestPki::ReadFile(worker.cert),
        "KEY_PEM=" + key});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   EXPECT_EQ(ProcStatus(daemon.pid(), "Uid"), "10001\t10001\t10001\t10001");
@@ -160,7 +160,7 @@ TEST_F(SandboxTest, TheWorkerDropsToItsUserAndKeepsNoPemInItsEnvironment) {
       << "CAP_KILL, CAP_SETGID and CAP_SETUID only";
   EXPECT_EQ(ProcStatus(daemon.pid(), "CapBnd"), "00000000000000e0");
   const std::string env =
-      testing::ProcFile(absl::StrCat("/proc/", daemon.pid(), "/environ"));
+      test_support::ProcFile(absl::StrCat("/proc/", daemon.pid(), "/environ"));
   EXPECT_EQ(env.find("PRIVATE KEY"), std::string::npos) << "the key was wiped";
   auto connection = WorkerConnection::Open(daemon.address(), pki.Mtls(worker));
   ASSERT_TRUE(connection.ok());
@@ -220,8 +220,8 @@ TEST_F(SandboxTest, WithoutAJobUserTheWorkerSaysJobsShareItsIdentity) {
 // A key others may read is named; a certificate or CA, which are public
 // (0644 by docs/TLS.md's recipe), is not.
 TEST_F(SandboxTest, AKeyFileOthersMayReadIsNamed) {
-  testing::TestPki pki;
-  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  test_support::TestPki pki;
+  const test_support::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
   chmod(worker.key.c_str(), 0644);
   chmod(worker.cert.c_str(), 0644);
   chmod(pki.ca().cert.c_str(), 0644);
@@ -241,8 +241,8 @@ TEST_F(SandboxTest, AKeyFileOthersMayReadIsNamed) {
 // A credential file another user owns, or in a directory others may write,
 // could be rewritten or replaced by them: both are named.
 TEST_F(SandboxTest, ACredentialFileOthersMayReplaceIsNamed) {
-  testing::TestPki pki;
-  const testing::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
+  test_support::TestPki pki;
+  const test_support::Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
   ASSERT_EQ(chown(worker.key.c_str(), 12345, 12345), 0);
   const std::string dir = std::filesystem::path(worker.cert).parent_path();
   ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
@@ -264,9 +264,9 @@ int LiveWith(const std::string& marker) {
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator("/proc", error)) {
-    const std::string text = testing::ProcFile(entry.path() / "cmdline");
+    const std::string text = test_support::ProcFile(entry.path() / "cmdline");
     if (text.find(marker) == std::string::npos) continue;
-    const std::string stat = testing::ProcFile(entry.path() / "stat");
+    const std::string stat = test_support::ProcFile(entry.path() / "stat");
     const size_t close = stat.rfind(')');
     if (close != std::string::npos && stat.substr(close + 2, 1) != "Z") ++n;
   }

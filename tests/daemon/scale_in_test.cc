@@ -285,9 +285,9 @@ TEST_F(ScaleInProtectionTest, OneEnableAndOneDisableForOverlappingJobs) {
   Set(*protection, true);  // first job
   Set(*protection, true);  // a second job arriving (no edge in the docket,
                            // but a repeat must not call either)
-  ASSERT_TRUE(testing::WaitFor([&] { return Calls().size() == 1; }));
+  ASSERT_TRUE(test_support::WaitFor([&] { return Calls().size() == 1; }));
   Set(*protection, false);  // the last job left
-  ASSERT_TRUE(testing::WaitFor([&] { return Calls().size() == 2; }));
+  ASSERT_TRUE(test_support::WaitFor([&] { return Calls().size() == 2; }));
   EXPECT_FALSE(protection->applied());
   protection.reset();  // joined: no call can follow
   EXPECT_EQ(Calls(), (std::vector<bool>{true, false}));
@@ -301,8 +301,8 @@ TEST_F(ScaleInProtectionTest, AFailedEnableIsRetriedUntilItTakes) {
   }
   auto protection = Start();
   Set(*protection, true);
-  ASSERT_TRUE(
-      testing::WaitFor([&] { return protection->applied(); }, seconds(10)));
+  ASSERT_TRUE(test_support::WaitFor([&] { return protection->applied(); },
+                                    seconds(10)));
   EXPECT_EQ(Calls(), (std::vector<bool>{true, true}));
 }
 
@@ -316,7 +316,7 @@ TEST_F(ScaleInProtectionTest, AHangingAgentHoldsNothingAndTheLatestStateWins) {
   }
   auto protection = Start();
   Set(*protection, true);
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     absl::MutexLock lock(&shared_.mu);
     return shared_.holding;
   }));
@@ -329,9 +329,9 @@ TEST_F(ScaleInProtectionTest, AHangingAgentHoldsNothingAndTheLatestStateWins) {
     absl::MutexLock lock(&shared_.mu);
     shared_.hold = false;
   }
-  ASSERT_TRUE(testing::WaitFor([&] { return protection->applied(); }));
+  ASSERT_TRUE(test_support::WaitFor([&] { return protection->applied(); }));
   Set(*protection, false);
-  ASSERT_TRUE(testing::WaitFor([&] { return !protection->applied(); }));
+  ASSERT_TRUE(test_support::WaitFor([&] { return !protection->applied(); }));
   // Calls are recorded in order: none came between the enable and this
   // disable (busy again after the hang needed no call).
   EXPECT_EQ(Calls(), (std::vector<bool>{true, false}));
@@ -345,8 +345,8 @@ TEST_F(ScaleInProtectionTest, ShutdownDuringARetryWaitIsImmediate) {
   }
   auto protection = Start();
   Set(*protection, true);
-  ASSERT_TRUE(testing::WaitFor([&] { return Calls().size() >= 2; },
-                               seconds(10)));  // in the 2 s wait now
+  ASSERT_TRUE(test_support::WaitFor([&] { return Calls().size() >= 2; },
+                                    seconds(10)));  // in the 2 s wait now
   const auto before = std::chrono::steady_clock::now();
   protection.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - before, milliseconds(500));

@@ -26,10 +26,10 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using testing::CollectingJob;
-using testing::Daemon;
-using testing::ExecRequest;
-using testing::Feed;
+using test_support::CollectingJob;
+using test_support::Daemon;
+using test_support::ExecRequest;
+using test_support::Feed;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -52,7 +52,7 @@ class Fifo {
   }
 
  private:
-  testing::TempDir dir_;
+  test_support::TempDir dir_;
   const std::string path_;
   int fd_ = -1;
 };
@@ -61,14 +61,14 @@ class StdinTest : public ::testing::Test {
  protected:
   StdinTest()
       : daemon_({"--idle-timeout-seconds", "0"},
-                testing::HeapLikeProduction()) {}
+                test_support::HeapLikeProduction()) {}
 
   // Shell runs `script` with $CFDB set to `cfdb-worker ... --address A`.
   JobRequest Shell(const std::string& script) const {
     JobRequest request = ExecRequest({"/bin/sh", "-c", script});
     MutableExec(request).env = {
         {"PATH", "/usr/bin:/bin"},
-        {"CFDB", absl::StrCat(testing::Binary(), " dispatch --address ",
+        {"CFDB", absl::StrCat(test_support::Binary(), " dispatch --address ",
                               daemon_.address())}};
     MutableExec(request).time_limit = seconds(120);
     return request;
@@ -107,7 +107,7 @@ TEST_F(StdinTest, AJobThatStopsReadingEndsTheUploadCleanly) {
   auto connection = Connect();
   for (const char* script :
        {"head -c 10", "true", "exec 0<&-; sleep 1; echo done"}) {
-    Feed endless(testing::RandomBytes(kMiB), /*repeat=*/true);
+    Feed endless(test_support::RandomBytes(kMiB), /*repeat=*/true);
     std::string out;
     absl::StatusOr<JobOutcome> outcome = connection->DispatchStream(
         ExecRequest({"/bin/sh", "-c", script}), endless.read_fd(),
@@ -142,8 +142,8 @@ TEST_F(StdinTest, AClientGoneMidUploadCancelsItsJob) {
       Shell("head -c 64000000 /dev/zero | exec $CFDB -- "
             "sh -c 'exec cat >/dev/null'"));
   ASSERT_EQ(RunExec(warm_up), JobOutcome::Exited(0)) << warm_up.err();
-  ASSERT_TRUE(testing::WaitFor([&] { return !Busy(); }));
-  const int64_t idle_kib = testing::StatusNumber(daemon_.pid(), "VmRSS");
+  ASSERT_TRUE(test_support::WaitFor([&] { return !Busy(); }));
+  const int64_t idle_kib = test_support::StatusNumber(daemon_.pid(), "VmRSS");
   ASSERT_GT(idle_kib, 0);
   // Cancelling the command signals its whole group: the producer ignores
   // SIGTERM, or its death would end the input properly (an end of file,
@@ -152,16 +152,17 @@ TEST_F(StdinTest, AClientGoneMidUploadCancelsItsJob) {
       Shell("(trap '' TERM; exec head -c 100000000000 /dev/zero) | "
             "exec $CFDB -- sh -c 'exec cat >/dev/null'"));
   std::thread client([&] { RunExec(dispatch); });
-  ASSERT_TRUE(testing::WaitFor([&] { return Busy(); })) << daemon_.log();
+  ASSERT_TRUE(test_support::WaitFor([&] { return Busy(); })) << daemon_.log();
   dispatch.Cancel();
   client.join();
   EXPECT_TRUE(daemon_.WaitForLog("outcome=CANCELLED")) << daemon_.log();
-  ASSERT_TRUE(testing::WaitFor([&] { return !Busy(); }));
+  ASSERT_TRUE(test_support::WaitFor([&] { return !Busy(); }));
   // malloc_trim runs every 2 s; allow for pages the first job made.
-  EXPECT_TRUE(testing::WaitFor([&] {
-    return testing::StatusNumber(daemon_.pid(), "VmRSS") < idle_kib + 16384;
+  EXPECT_TRUE(test_support::WaitFor([&] {
+    return test_support::StatusNumber(daemon_.pid(), "VmRSS") <
+           idle_kib + 16384;
   })) << "VmRSS "
-      << testing::StatusNumber(daemon_.pid(), "VmRSS") << " KiB, idle "
+      << test_support::StatusNumber(daemon_.pid(), "VmRSS") << " KiB, idle "
       << idle_kib << " KiB";
 }
 
@@ -241,7 +242,7 @@ TEST_F(StdinTest, ASlowConsumerHoldsTheProducerBack) {
   // Wait until the producer is stuck: no progress over 10 samples in a row.
   std::size_t last = SIZE_MAX;
   int still = 0;
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     const std::size_t now = feed.written();
     still = now == last ? still + 1 : 0;
     last = now;

@@ -39,14 +39,14 @@
 namespace cfdb::worker {
 namespace {
 
-using testing::StatusNumber;
+using test_support::StatusNumber;
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::Daemon;
+using test_support::ExecRequest;
+using test_support::WaitFor;
 using ::testing::HasSubstr;
-using testing::WaitFor;
 using Failure = JobOutcome::Failure;
 
 constexpr auto kTimeout = seconds(60);
@@ -103,7 +103,7 @@ TEST_P(ExitEventTest, FieldsSayWhatTheyMean) {
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   auto connection = WorkerConnection::Open(daemon.address());
   ASSERT_TRUE(connection.ok());
-  std::optional<testing::BackgroundDispatch> busy;
+  std::optional<test_support::BackgroundDispatch> busy;
   if (ending == Ending::kStopWhileBusy) {
     busy.emplace(daemon.address(), ExecRequest({"sleep", "100"}), kTimeout);
   } else if (ending == Ending::kStopWhileIdle || ending == Ending::kSignal) {
@@ -256,9 +256,9 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
   auto connection = WorkerConnection::Open(daemon.address());
   ASSERT_TRUE(connection.ok());
 
-  testing::BackgroundDispatch long_job(daemon.address(),
-                                       ExecRequest({"sleep", "100"}), kTimeout);
-  testing::BackgroundDispatch short_job(
+  test_support::BackgroundDispatch long_job(
+      daemon.address(), ExecRequest({"sleep", "100"}), kTimeout);
+  test_support::BackgroundDispatch short_job(
       daemon.address(), ExecRequest({"sleep", "1.5"}), kTimeout);
   const TimePoint short_started = Now();
 
@@ -375,8 +375,8 @@ TEST(StopFloodTest, ThreeHundredStopsCostNoThreadEachAndAreAllAnswered) {
   auto connection = WorkerConnection::Open(address);
   ASSERT_TRUE(connection.ok());
   ASSERT_TRUE((*connection)->IdleTime(seconds(5)).ok());
-  testing::BackgroundDispatch job(daemon.address(), ExecRequest({"sleep", "4"}),
-                                  kTimeout);
+  test_support::BackgroundDispatch job(daemon.address(),
+                                       ExecRequest({"sleep", "4"}), kTimeout);
   const int64_t threads_before = StatusNumber(daemon.pid(), "Threads");
   const int64_t rss_before = StatusNumber(daemon.pid(), "VmRSS");
 
@@ -502,7 +502,7 @@ std::vector<pid_t> LiveProcesses(const std::vector<pid_t>& groups) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    const std::string stat = testing::ProcFile(entry.path() / "stat");
+    const std::string stat = test_support::ProcFile(entry.path() / "stat");
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(stat.substr(close + 1));
@@ -522,15 +522,15 @@ std::vector<pid_t> LiveProcesses(const std::vector<pid_t>& groups) {
 TEST(HardDeathTest, JobsDieWithAWorkerKilledOutright) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--max-concurrent-tasks", "2"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
-  testing::BackgroundDispatch sleeper(daemon.address(),
-                                      ExecRequest({"sleep", "100"}), kTimeout);
-  testing::BackgroundDispatch stubborn(
+  test_support::BackgroundDispatch sleeper(
+      daemon.address(), ExecRequest({"sleep", "100"}), kTimeout);
+  test_support::BackgroundDispatch stubborn(
       daemon.address(),
       ExecRequest({"sh", "-c", "trap '' TERM; sleep 101; echo never"}),
       kTimeout);
   std::vector<pid_t> groups;
   ASSERT_TRUE(WaitFor([&] {
-    groups = testing::JobChildren(daemon.pid());
+    groups = test_support::JobChildren(daemon.pid());
     return groups.size() == 2 && LiveProcesses(groups).size() == 3;
   })) << "two programs and the stubborn one's sleep";
   ASSERT_EQ(kill(daemon.pid(), SIGKILL), 0);

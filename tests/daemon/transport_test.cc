@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "support/daemon.h"
 #include "support/feed.h"
+#include "support/loopback.h"
 #include "support/raw_call.h"
 #include "support/temp_dir.h"
 #include "support/test_job.h"
@@ -31,10 +32,10 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using testing::CollectingJob;
-using testing::Command;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::CollectingJob;
+using test_support::Command;
+using test_support::Daemon;
+using test_support::ExecRequest;
 using ::testing::HasSubstr;
 
 namespace wool_wire = ::wool::runtime::protobuf::wire;
@@ -96,10 +97,10 @@ class TransportTest : public ::testing::TestWithParam<Transport> {
     return flags;
   }
 
-  testing::TestPki pki_;
-  testing::Pem worker_pem_;
-  testing::Pem client_pem_;
-  testing::TempDir dir_;
+  test_support::TestPki pki_;
+  test_support::Pem worker_pem_;
+  test_support::Pem client_pem_;
+  test_support::TempDir dir_;
   const std::string socket_ = dir_.path("worker.sock");
 };
 
@@ -113,7 +114,7 @@ TEST_P(TransportTest, IdleDispatchAndStopKeepTheirContract) {
   ASSERT_TRUE(connection.ok());
   absl::StatusOr<double> first = (*connection)->IdleTime(seconds(5));
   ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_TRUE(testing::WaitFor([&] {
+  EXPECT_TRUE(test_support::WaitFor([&] {
     return (*connection)->IdleTime(seconds(5)).value_or(0) - *first >= 0.15;
   })) << "idle accrues from startup";
 
@@ -134,7 +135,7 @@ TEST_P(TransportTest, IdleDispatchAndStopKeepTheirContract) {
   EXPECT_EQ(out, std::string("a\0b", 3));
   EXPECT_EQ(err, "oops");
   // The job's end reaches the client a moment before it leaves the docket.
-  ASSERT_TRUE(testing::WaitFor(
+  ASSERT_TRUE(test_support::WaitFor(
       [&] { return (*connection)->IdleTime(seconds(1)).value_or(0) > 0; }));
 
   std::thread job([&] {
@@ -142,7 +143,7 @@ TEST_P(TransportTest, IdleDispatchAndStopKeepTheirContract) {
         (*connection)->Dispatch(ExecRequest({"sleep", "1"}), {}, seconds(30))))
         << "drained, not cancelled";
   });
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     return (*connection)->IdleTime(seconds(1)).value_or(1) == 0;
   })) << "0 while busy";
   absl::StatusOr<StopSummary> stopped =
@@ -167,8 +168,8 @@ TEST_P(TransportTest, StreamedStdinRoundTripsByteForByte) {
   for (const std::size_t size :
        {std::size_t{0}, std::size_t{1}, std::size_t{65535}, std::size_t{65536},
         std::size_t{65537}, std::size_t{8} << 20}) {
-    const std::string input = testing::RandomBytes(size, size);
-    testing::Feed feed(input);
+    const std::string input = test_support::RandomBytes(size, size);
+    test_support::Feed feed(input);
     std::string out;
     absl::StatusOr<JobOutcome> outcome =
         (*connection)
@@ -230,7 +231,7 @@ TEST_P(TransportTest, AJobOutlivesItsCallerAndIsReadAgainAndCancelled) {
   std::string flags;
   for (const std::string& flag : ClientFlags(daemon))
     absl::StrAppend(&flags, " '", flag, "'");
-  const std::string b = absl::StrCat("'", testing::Binary(), "'");
+  const std::string b = absl::StrCat("'", test_support::Binary(), "'");
   // The shell waits for the job to be listed, kills its dispatch, then
   // attaches from another process.
   const std::string script = absl::StrCat(
@@ -270,7 +271,7 @@ TEST_P(TransportTest, AJobOutlivesItsCallerAndIsReadAgainAndCancelled) {
                       }(),
                       {}, seconds(60));
   });
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     auto jobs = (*connection)->ListJobs(seconds(5));
     return jobs.ok() && jobs->size() == 2;
   }));
@@ -325,8 +326,9 @@ TEST(OldWorkerTest, DispatchSendsStdinWholeToAWorkerWithoutStreams) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
-  JobRequest request = Command(
-      {"dispatch", "--address", absl::StrCat("127.0.0.1:", port), "--", "cat"});
+  JobRequest request =
+      Command({"dispatch", "--address", test_support::LoopbackAddress(port),
+               "--", "cat"});
   MutableExec(request).stdin_data = "all of it\n";
   CollectingJob client(request);
   EXPECT_EQ(RunExec(client), JobOutcome::Exited(0)) << client.err();
@@ -355,7 +357,7 @@ void LeaveStaleSocket(const std::string& path) {
 }
 
 TEST(UnixSocketTest, IsOwnerOnlyAndAStaleFileIsReplaced) {
-  testing::TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path("w.sock");
   LeaveStaleSocket(path);
   Daemon daemon({"--idle-timeout-seconds", "0", "--uds", path});
@@ -378,7 +380,7 @@ TEST(UnixSocketTest, IsOwnerOnlyAndAStaleFileIsReplaced) {
 
 // A second worker on the socket of a live one is refused and leaves it be.
 TEST(UnixSocketTest, ALiveWorkersSocketIsRefused) {
-  testing::TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path("w.sock");
   Daemon first({"--idle-timeout-seconds", "0", "--uds", path});
   ASSERT_GT(first.port(), 0) << first.log();
@@ -392,7 +394,7 @@ TEST(UnixSocketTest, ALiveWorkersSocketIsRefused) {
 }
 
 TEST(UnixSocketTest, APathThatIsNoSocketIsLeftAlone) {
-  testing::TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path("notes.txt");
   std::ofstream(path) << "keep me\n";
   CollectingJob serve(Command({"serve", "--port", "0", "--uds", path}));
@@ -408,10 +410,10 @@ TEST(UnixSocketTest, APathThatIsNoSocketIsLeftAlone) {
 // own user: they may control it, while an unlisted certificate over TCP
 // may not.
 TEST(UnixSocketTest, AdmissionTrustsTheOwnerOnlySocket) {
-  testing::TestPki pki;
-  const testing::Pem worker =
+  test_support::TestPki pki;
+  const test_support::Pem worker =
       pki.Leaf("worker", {"DNS:worker.cfdb.internal", "IP:127.0.0.1"});
-  testing::TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path("w.sock");
   Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
                  "--tls-key", worker.key, "--tls-admit-control",
@@ -443,13 +445,13 @@ TEST(WoolCompatTest, IdleAndStopUnderWoolsNames) {
   ASSERT_TRUE(wool->idle(deadline().get(), wool_wire::Void(), &idle).ok());
   EXPECT_GT(idle.seconds(), 0.0);
   // Wool's dispatch, and any other method nothing here serves: one line.
-  const grpc::Status dispatch = testing::CallRaw(
+  const grpc::Status dispatch = test_support::CallRaw(
       daemon.address(), "/wool.runtime.protobuf.wire.Worker/dispatch", "");
   EXPECT_EQ(dispatch.error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(dispatch.error_message(),
             "cfdb-worker serves only Wool's idle and stop, not "
             "/wool.runtime.protobuf.wire.Worker/dispatch");
-  const grpc::Status newer = testing::CallRaw(
+  const grpc::Status newer = test_support::CallRaw(
       daemon.address(), "/cfdb.worker.v1.Worker/FromTheFuture", "");
   EXPECT_EQ(newer.error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_THAT(newer.error_message(),
@@ -461,7 +463,7 @@ TEST(WoolCompatTest, IdleAndStopUnderWoolsNames) {
     EXPECT_TRUE(ExitedZero(
         (*connection)->Dispatch(ExecRequest({"sleep", "1"}), {}, seconds(30))));
   });
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     wool_wire::IdleTime busy;
     return wool->idle(deadline().get(), wool_wire::Void(), &busy).ok() &&
            busy.seconds() == 0;

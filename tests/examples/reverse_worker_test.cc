@@ -18,9 +18,9 @@
 namespace cfdb::worker {
 namespace {
 
-using testing::Daemon;
+using test_support::Daemon;
+using test_support::Program;
 using ::testing::HasSubstr;
-using testing::Program;
 
 constexpr Duration kCallTimeout = std::chrono::seconds(30);
 
@@ -55,7 +55,8 @@ TEST(ReverseWorkerTest, ServesItsOwnKindThenRetiresWhenIdle) {
   EXPECT_TRUE(absl::IsInvalidArgument(big.status())) << big.status();
   EXPECT_THAT(big.status().message(), HasSubstr("payload"));
   absl::StatusOr<JobOutcome> exec =
-      (*connection)->Dispatch(testing::ExecRequest({"true"}), {}, kCallTimeout);
+      (*connection)
+          ->Dispatch(test_support::ExecRequest({"true"}), {}, kCallTimeout);
   EXPECT_TRUE(absl::IsInvalidArgument(exec.status())) << exec.status();
 
   // Idle from the last job's end: it retires as the binary would, exit 0.
@@ -66,28 +67,28 @@ TEST(ReverseWorkerTest, ServesItsOwnKindThenRetiresWhenIdle) {
 
 TEST(ReverseWorkerTest, TheCommandLineDispatchesToItsKind) {
   Daemon worker(Program{CFDB_REVERSE_WORKER_PATH}, {});
-  testing::TempDir dir;
+  test_support::TempDir dir;
   const std::string payload_file = dir.path("payload");
   std::ofstream(payload_file, std::ios::binary) << std::string("ab\0c", 4);
 
-  testing::CollectingJob from_file(
-      testing::Command({"dispatch", "--address", worker.address(), "--kind",
-                        "reverse", "--payload-file", payload_file}));
+  test_support::CollectingJob from_file(test_support::Command(
+      {"dispatch", "--address", worker.address(), "--kind", "reverse",
+       "--payload-file", payload_file}));
   EXPECT_EQ(RunExec(from_file), JobOutcome::Exited(0)) << from_file.err();
   EXPECT_EQ(from_file.out(), std::string("c\0ba", 4)) << "byte-exact";
 
-  testing::CollectingJob inline_payload(
-      testing::Command({"dispatch", "--address", worker.address(), "--kind",
-                        "reverse", "--payload", "stressed"}));
+  test_support::CollectingJob inline_payload(
+      test_support::Command({"dispatch", "--address", worker.address(),
+                             "--kind", "reverse", "--payload", "stressed"}));
   EXPECT_EQ(RunExec(inline_payload), JobOutcome::Exited(0));
   EXPECT_EQ(inline_payload.out(), "desserts");
 
   // Refused by its validator: a deterministic error, nothing ran.
   const std::string big_file = dir.path("big");
   std::ofstream(big_file) << std::string(2 << 20, 'x');
-  testing::CollectingJob big(
-      testing::Command({"dispatch", "--address", worker.address(), "--kind",
-                        "reverse", "--payload-file", big_file}));
+  test_support::CollectingJob big(
+      test_support::Command({"dispatch", "--address", worker.address(),
+                             "--kind", "reverse", "--payload-file", big_file}));
   EXPECT_EQ(RunExec(big), JobOutcome::Exited(76));
   EXPECT_THAT(big.err(), HasSubstr("payload: 2097152 bytes"));
 
@@ -109,15 +110,15 @@ TEST(ReverseWorkerTest, TheCommandLineDispatchesToItsKind) {
   for (const auto& refusal : refusals) {
     std::vector<std::string> args = {"dispatch", "--address", worker.address()};
     args.insert(args.end(), refusal.flags.begin(), refusal.flags.end());
-    testing::CollectingJob refused(testing::Command(args));
+    test_support::CollectingJob refused(test_support::Command(args));
     EXPECT_EQ(RunExec(refused), JobOutcome::Exited(2)) << refusal.says;
     EXPECT_THAT(refused.err(), HasSubstr(refusal.says));
   }
 }
 
 TEST(ReverseWorkerTest, RefusesAFlagServeDoesNotHave) {
-  testing::CollectingJob run(
-      testing::ExecRequest({CFDB_REVERSE_WORKER_PATH, "--idle-timeout", "2"}));
+  test_support::CollectingJob run(test_support::ExecRequest(
+      {CFDB_REVERSE_WORKER_PATH, "--idle-timeout", "2"}));
   EXPECT_EQ(RunExec(run), JobOutcome::Exited(2)) << "as serve's exit code";
   EXPECT_EQ(run.err(),
             "reverse_worker: --idle-timeout: not a flag of serve; did you "

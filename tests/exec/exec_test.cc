@@ -23,12 +23,12 @@
 namespace cfdb::worker {
 namespace {
 
-using testing::CollectingJob;
-using testing::ExecRequest;
+using test_support::CollectingJob;
+using test_support::ExecRequest;
 using ::testing::HasSubstr;
 using Failure = JobOutcome::Failure;
 
-using testing::RandomBytes;
+using test_support::RandomBytes;
 
 // ExitsWithin reports whether process `pid` exits within `timeout`, waiting
 // on its pidfd (an exited, unreaped process counts as exited).
@@ -171,7 +171,7 @@ TEST(ExecTest, ACancelledJobNeverSeesTheEndOfItsInput) {
     job.Push("14 bytes here\n");
     std::optional<JobOutcome> outcome;
     std::thread runner([&] { outcome = RunExec(job); });
-    ASSERT_TRUE(testing::WaitFor([&] { return job.taken() == 1; }));
+    ASSERT_TRUE(test_support::WaitFor([&] { return job.taken() == 1; }));
     if (!time_limit) job.Cancel();
     runner.join();
     EXPECT_EQ(outcome->failure,

@@ -12,9 +12,10 @@
 #include "gtest/gtest.h"
 #include "rpc/methods.h"
 #include "rpc/san_match.h"
-#include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "support/feed.h"
+#include "support/log_capture.h"
+#include "support/loopback.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 
@@ -22,10 +23,10 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
+using test_support::Pem;
+using test_support::TestPki;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::Pem;
-using testing::TestPki;
 
 constexpr char kWorker[] = "worker.cfdb.internal";
 constexpr char kApi[] = "api.cfdb.internal";
@@ -74,8 +75,9 @@ class AdmissionServer {
   }
 
   std::unique_ptr<WorkerConnection> Connect(const Pem& pem) {
-    auto connection = WorkerConnection::Open(
-        absl::StrCat("127.0.0.1:", server_->port()), pki_.Mtls(pem, kWorker));
+    auto connection =
+        WorkerConnection::Open(test_support::LoopbackAddress(server_->port()),
+                               pki_.Mtls(pem, kWorker));
     EXPECT_TRUE(connection.ok());
     return *std::move(connection);
   }
@@ -89,14 +91,14 @@ class AdmissionServer {
   // run touches marker().
   absl::Status Call(const Method& method, Who who) {
     std::unique_ptr<WorkerConnection> c = Connect(who);
-    const JobRequest touch = testing::ExecRequest({"touch", marker()});
+    const JobRequest touch = test_support::ExecRequest({"touch", marker()});
     if (&method == &method::kIdle) return c->IdleTime(kTimeout).status();
     if (&method == &method::kHealthCheck) return c->Health(kTimeout).status();
     if (&method == &method::kDispatch) {
       return c->Dispatch(touch, {}, kTimeout).status();
     }
     if (&method == &method::kDispatchStream) {
-      testing::Feed empty("");
+      test_support::Feed empty("");
       return c->DispatchStream(touch, empty.read_fd(), {}, kTimeout).status();
     }
     if (&method == &method::kStop)
@@ -187,7 +189,7 @@ TEST(AdmissionTest, ACommonNameIsNoIdentity) {
       server.pki().Issue("cn-only", kApi, {}, &server.pki().ca(), 0, 3600);
   const absl::Status status =
       server.Connect(cn_only)
-          ->Dispatch(testing::ExecRequest({"true"}), {}, kTimeout)
+          ->Dispatch(test_support::ExecRequest({"true"}), {}, kTimeout)
           .status();
   ASSERT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
   EXPECT_THAT(std::string(status.message()),
@@ -205,7 +207,7 @@ TEST(AdmissionTest, AUriSanIsAnIdentity) {
                .admit = {.control = {"spiffe://cfdb/api"}}});
   ASSERT_TRUE(server.ok()) << server.status();
   auto connection = WorkerConnection::Open(
-      absl::StrCat("127.0.0.1:", (*server)->port()), pki.Mtls(api));
+      test_support::LoopbackAddress((*server)->port()), pki.Mtls(api));
   ASSERT_TRUE(connection.ok());
   EXPECT_TRUE((*connection)->IdleTime(kTimeout).ok());
 }
@@ -263,12 +265,9 @@ TEST(AdmissionTest, ListsWithoutMutualTlsAreRefused) {
 // A client retrying a denied call cannot flood the log: one line per
 // identity per period (LogThrottle).
 TEST(AdmissionTest, ADeniedIdentityIsLoggedOncePerPeriod) {
-  std::ostringstream log;
-  auto logger = std::make_shared<spdlog::logger>(
-      "admission", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
-  const auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(logger);
+  std::string text;
   {
+    test_support::LogCapture log;
     AdmissionServer server;
     for (int i = 0; i < 20; ++i) {
       EXPECT_EQ(server.Call(method::kIdle, Who::kStranger).code(),
@@ -276,9 +275,8 @@ TEST(AdmissionTest, ADeniedIdentityIsLoggedOncePerPeriod) {
     }
     EXPECT_EQ(server.Call(method::kDispatch, Who::kWorker).code(),
               absl::StatusCode::kPermissionDenied);
+    text = log.str();
   }
-  spdlog::set_default_logger(previous);
-  const std::string text = log.str();
   size_t lines = 0;
   for (size_t at = 0; (at = text.find("permission denied", at)) != text.npos;
        ++at) {

@@ -43,24 +43,24 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::CollectingJob;
-using testing::Daemon;
-using testing::ExecRequest;
+using test_support::CollectingJob;
+using test_support::Daemon;
+using test_support::ExecRequest;
+using test_support::JobChildren;
 using ::testing::HasSubstr;
-using testing::JobChildren;
 using Failure = JobOutcome::Failure;
 
 constexpr auto kTimeout = seconds(30);
 
 TimePoint Now() { return std::chrono::steady_clock::now(); }
 
-using testing::WaitFor;
+using test_support::WaitFor;
 
 // BlockedInWrite returns true while `pid` sleeps inside write(2) (syscall 1
 // on x86-64, 64 on arm64), i.e. its output pipe is full.
 bool BlockedInWrite(pid_t pid) {
   std::istringstream in(
-      testing::ProcFile(absl::StrCat("/proc/", pid, "/syscall")));
+      test_support::ProcFile(absl::StrCat("/proc/", pid, "/syscall")));
   long number = -1;
   if (!(in >> number)) return false;
 #if defined(__x86_64__)
@@ -381,7 +381,7 @@ TEST(FaultDaemonTest, ClientThatNeverReadsBlocksTheJobNotTheWorkersMemory) {
   auto connection = WorkerConnection::Open(address);
   ASSERT_TRUE(connection.ok());
   ASSERT_TRUE((*connection)->IdleTime(kTimeout).ok());
-  const int64_t rss_before = testing::StatusNumber(daemon.pid(), "VmRSS");
+  const int64_t rss_before = test_support::StatusNumber(daemon.pid(), "VmRSS");
   ASSERT_GT(rss_before, 0);
 
   // Its own channel, so the unread stream cannot hold up the Idle calls.
@@ -398,7 +398,7 @@ TEST(FaultDaemonTest, ClientThatNeverReadsBlocksTheJobNotTheWorkersMemory) {
     job = JobChildren(daemon.pid());
     return job.size() == 1 && BlockedInWrite(job[0]);
   })) << "the job blocks writing to its full pipe";
-  const int64_t rss_blocked = testing::StatusNumber(daemon.pid(), "VmRSS");
+  const int64_t rss_blocked = test_support::StatusNumber(daemon.pid(), "VmRSS");
   ASSERT_GT(rss_blocked, 0);
   std::cout << "daemon VmRSS: " << rss_before << " kB before, " << rss_blocked
             << " kB with the job blocked\n";

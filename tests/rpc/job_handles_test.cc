@@ -51,7 +51,7 @@ std::string Numbers(int n) {
   return text;
 }
 
-class JobHandlesTest : public testing::ServedWorkerTest {
+class JobHandlesTest : public test_support::ServedWorkerTest {
  protected:
   // Detached dispatches `request` with a detach grace of `grace` and leaves
   // once it was accepted (its call ends at a short deadline).
@@ -69,7 +69,7 @@ class JobHandlesTest : public testing::ServedWorkerTest {
   // FirstJob waits until the first job listed meets `done`.
   template <typename Predicate>
   bool FirstJob(Predicate done) {
-    return testing::WaitFor([&] {
+    return test_support::WaitFor([&] {
       auto jobs = connection_->ListJobs(kTimeout);
       return jobs.ok() && !jobs->empty() && done(jobs->front());
     });
@@ -90,13 +90,13 @@ class JobHandlesTest : public testing::ServedWorkerTest {
   }
   // ZerosLater is a job that writes `bytes` zeros once nobody is attached.
   static JobRequest ZerosLater(int bytes) {
-    return testing::ExecRequest(
+    return test_support::ExecRequest(
         {"sh", "-c", absl::StrCat("sleep 0.5; head -c ", bytes, " /dev/zero")});
   }
 };
 
 TEST_F(JobHandlesTest, ADetachedJobRunsOnAndAttachGetsEveryByteAndItsCode) {
-  JobRequest request = testing::ExecRequest(
+  JobRequest request = test_support::ExecRequest(
       {"sh", "-c", "seq 1 20000; sleep 1; seq 20001 40000; exit 3"});
   Detached(request);
   Collected seen;
@@ -110,7 +110,7 @@ TEST_F(JobHandlesTest, ADetachedJobRunsOnAndAttachGetsEveryByteAndItsCode) {
 
 TEST_F(JobHandlesTest, AttachFromAnOffsetInTheMiddleGetsTheRestExactly) {
   JobRequest request =
-      testing::ExecRequest({"sh", "-c", "seq 1 30000; sleep 0.5"});
+      test_support::ExecRequest({"sh", "-c", "seq 1 30000; sleep 0.5"});
   Detached(request);
   ASSERT_TRUE(Ended());
   const std::string all = Numbers(30000);
@@ -126,7 +126,7 @@ TEST_F(JobHandlesTest, AttachFromAnOffsetInTheMiddleGetsTheRestExactly) {
 }
 
 TEST_F(JobHandlesTest, ADetachGraceThatRunsOutCancelsTheJob) {
-  JobRequest request = testing::ExecRequest({"sleep", "300"});
+  JobRequest request = test_support::ExecRequest({"sleep", "300"});
   Detached(request, milliseconds(200));
   // (An Attach within the grace would keep it.)
   ASSERT_TRUE(Ended());
@@ -137,8 +137,9 @@ TEST_F(JobHandlesTest, ADetachGraceThatRunsOutCancelsTheJob) {
 }
 
 TEST_F(JobHandlesTest, ASecondJobOfARunningIdIsRefusedOrAttachedAsAsked) {
-  JobRequest request = testing::ExecRequest({"sh", "-c", "echo once; sleep 1"});
-  testing::BackgroundDispatch running(address(), request);
+  JobRequest request =
+      test_support::ExecRequest({"sh", "-c", "echo once; sleep 1"});
+  test_support::BackgroundDispatch running(address(), request);
   absl::StatusOr<JobOutcome> again = connection_->Dispatch(request, {});
   EXPECT_EQ(ClassifyError(Rpc::kDispatch, again.status()),
             ErrorKind::kAlreadyExists)
@@ -163,9 +164,9 @@ TEST_F(JobHandlesTest, ASecondJobOfARunningIdIsRefusedOrAttachedAsAsked) {
 
 TEST_F(JobHandlesTest, ListJobsShowsTheProgramButNeverItsArgumentsOrEnv) {
   JobRequest request =
-      testing::ExecRequest({"sh", "-c", "sleep 30 # secret-argument"});
+      test_support::ExecRequest({"sh", "-c", "sleep 30 # secret-argument"});
   MutableExec(request).env["TOKEN"] = "secret-env";
-  testing::BackgroundDispatch running(address(), request);
+  test_support::BackgroundDispatch running(address(), request);
   absl::StatusOr<std::vector<JobInfo>> jobs = connection_->ListJobs(kTimeout);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->size(), 1u);
@@ -193,10 +194,10 @@ TEST_F(JobHandlesTest, ListJobsShowsTheProgramButNeverItsArgumentsOrEnv) {
 }
 
 TEST_F(JobHandlesTest, CancelLetsAJobThatTrapsTermFinishWithinTheGrace) {
-  JobRequest request = testing::ExecRequest(
+  JobRequest request = test_support::ExecRequest(
       {"sh", "-c",
        "trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done"});
-  testing::BackgroundDispatch running(address(), request);
+  test_support::BackgroundDispatch running(address(), request);
   ASSERT_TRUE(Ready());
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<JobOutcome> cancelled =
@@ -209,9 +210,9 @@ TEST_F(JobHandlesTest, CancelLetsAJobThatTrapsTermFinishWithinTheGrace) {
 }
 
 TEST_F(JobHandlesTest, CancelKillsAJobThatIgnoresTermAtTheGrace) {
-  JobRequest request = testing::ExecRequest(
+  JobRequest request = test_support::ExecRequest(
       {"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"});
-  testing::BackgroundDispatch running(address(), request);
+  test_support::BackgroundDispatch running(address(), request);
   ASSERT_TRUE(Ready());
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<JobOutcome> cancelled =
@@ -236,8 +237,8 @@ TEST_F(JobHandlesTest, AnUnknownJobIsNotFound) {
 }
 
 TEST_F(JobHandlesTest, AConditionalStopIsRefusedWhileBusyAndKeepsServing) {
-  testing::BackgroundDispatch running(address(),
-                                      testing::ExecRequest({"sleep", "1"}));
+  test_support::BackgroundDispatch running(
+      address(), test_support::ExecRequest({"sleep", "1"}));
   absl::StatusOr<StopSummary> refused =
       connection_->Stop(seconds(0), kTimeout, Duration::zero());
   ASSERT_FALSE(refused.ok());
@@ -258,7 +259,7 @@ TEST_F(JobHandlesTest, AFullBufferPausesADetachedJobUntilAClientReads) {
   JobRequest request = ZerosLater(kBytes);
   Detached(request);
   // Held back at the buffer, never dropped: the job waits in write(2).
-  ASSERT_TRUE(testing::WaitFor([&] {
+  ASSERT_TRUE(test_support::WaitFor([&] {
     auto jobs = connection_->ListJobs(kTimeout);
     return jobs.ok() &&
            jobs->front().retained_bytes >=

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "rpc/wire.h"
 #include "support/daemon.h"
+#include "support/loopback.h"
 #include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
@@ -24,7 +25,7 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using testing::ExecRequest;
+using test_support::ExecRequest;
 
 TimePoint Now() { return std::chrono::steady_clock::now(); }
 
@@ -49,7 +50,7 @@ class KeepaliveTest : public ::testing::Test {
     server_ = *std::move(server);
   }
   std::string address() const {
-    return absl::StrCat("127.0.0.1:", server_->port());
+    return test_support::LoopbackAddress(server_->port());
   }
 
   std::unique_ptr<Worker> worker_;
@@ -89,23 +90,23 @@ TEST_F(KeepaliveTest, AClientThatVanishesHasItsJobCancelled) {
   Start({.address = "127.0.0.1:0",
          .keepalive_time = seconds(1),
          .keepalive_timeout = seconds(1)});
-  testing::CollectingJob client(
-      testing::Command({"dispatch", "--address", address(), "--no-stdin",
-                        "--detach-grace-seconds", "0", "--", "sleep", "100"}));
+  test_support::CollectingJob client(test_support::Command(
+      {"dispatch", "--address", address(), "--no-stdin",
+       "--detach-grace-seconds", "0", "--", "sleep", "100"}));
   std::thread runner([&] { RunExec(client); });
-  ASSERT_TRUE(
-      testing::WaitFor([&] { return worker_->docket().in_flight() == 1; }));
+  ASSERT_TRUE(test_support::WaitFor(
+      [&] { return worker_->docket().in_flight() == 1; }));
   // The client is the only child of this test whose job runs: stop it.
   pid_t pid = 0;
-  ASSERT_TRUE(testing::WaitFor([&] {
-    for (pid_t child : testing::Children(getpid())) {
-      if (testing::Comm(child) == "cfdb-worker") pid = child;
+  ASSERT_TRUE(test_support::WaitFor([&] {
+    for (pid_t child : test_support::Children(getpid())) {
+      if (test_support::Comm(child) == "cfdb-worker") pid = child;
     }
     return pid != 0;
   }));
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
   const TimePoint stopped = Now();
-  EXPECT_TRUE(testing::WaitFor(
+  EXPECT_TRUE(test_support::WaitFor(
       [&] { return worker_->docket().in_flight() == 0; }, seconds(20)))
       << "the job is still in flight";
   const double took = ToSeconds(Now() - stopped);

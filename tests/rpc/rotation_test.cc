@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
+#include "support/loopback.h"
 #include "support/proc_util.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
@@ -27,10 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using test_support::Pem;
+using test_support::TestPki;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::Pem;
-using testing::TestPki;
 
 constexpr char kWorker[] = "worker.cfdb.internal";
 // Only the certificate rotated in carries this name, so a call that
@@ -141,7 +142,7 @@ class RotationTest : public ::testing::Test {
         WorkerServer::Start(*worker_, {.credentials = mirror_->credentials()});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    address_ = absl::StrCat("127.0.0.1:", server_->port());
+    address_ = test_support::LoopbackAddress(server_->port());
   }
 
   // Presents checks whether a new connection expecting `identity` works.
@@ -164,7 +165,7 @@ class RotationTest : public ::testing::Test {
   // Serve runs the daemon on the files in live/, re-read every second,
   // polling itself every 100 ms.
   void Serve() {
-    daemon_ = std::make_unique<testing::Daemon>(std::vector<std::string>{
+    daemon_ = std::make_unique<test_support::Daemon>(std::vector<std::string>{
         "--tls-ca", pki_.ca().cert, "--tls-cert", live_ + "/cert.pem",
         "--tls-key", live_ + "/key.pem", "--tls-refresh-interval-seconds", "1",
         "--idle-timeout-seconds", "600", "--idle-poll-interval-seconds", "0.1",
@@ -186,7 +187,7 @@ class RotationTest : public ::testing::Test {
     std::this_thread::sleep_for(milliseconds(500));
     swap();
     EXPECT_TRUE(
-        testing::WaitFor([&] { return Presents(kRotated); }, seconds(15)))
+        test_support::WaitFor([&] { return Presents(kRotated); }, seconds(15)))
         << "new connections present the new certificate";
     // Probing on past one more refresh of the files.
     std::this_thread::sleep_for(milliseconds(1500));
@@ -201,7 +202,7 @@ class RotationTest : public ::testing::Test {
   Pem old_, new_, client_;
   const std::string live_;
   std::unique_ptr<CredentialMirror> mirror_;
-  std::unique_ptr<testing::Daemon> daemon_;
+  std::unique_ptr<test_support::Daemon> daemon_;
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<WorkerServer> server_;
   std::string address_;
@@ -245,7 +246,7 @@ TEST_F(RotationTest, ABadSetKeepsTheOldOneWithOneError) {
             "does not belong to the certificate"}}) {
     Replace(bad.cert, live_ + "/cert.pem");
     Replace(bad.key, live_ + "/key.pem");
-    ASSERT_TRUE(testing::WaitFor(
+    ASSERT_TRUE(test_support::WaitFor(
         [&] { return ErrorLines(daemon_->log()) > errors; }, seconds(15)))
         << bad.name;
     ++errors;
@@ -267,7 +268,8 @@ TEST_F(RotationTest, ABadSetKeepsTheOldOneWithOneError) {
 // ExpectNoKeyCopyAfterTheKill SIGKILLs the daemon and expects no copy of
 // `keys` (paths of the originals) written to disk since `since`, a second
 // later.
-void ExpectNoKeyCopyAfterTheKill(testing::Daemon& daemon, const TestPki& pki,
+void ExpectNoKeyCopyAfterTheKill(test_support::Daemon& daemon,
+                                 const TestPki& pki,
                                  const std::vector<std::string>& keys,
                                  fs::file_time_type since) {
   ASSERT_EQ(kill(daemon.pid(), SIGKILL), 0);
@@ -297,8 +299,8 @@ TEST_F(RotationTest, AKilledWorkerLeavesNoKeyCopy) {
 TEST_F(RotationTest, AWorkerKilledAfterItsGuardLeavesNoKeyCopy) {
   const auto since = ServeTheOldSet();
   std::optional<pid_t> guard;
-  for (const pid_t child : testing::Children(daemon_->pid())) {
-    if (testing::Comm(child) == "cfdb-job-guard") guard = child;
+  for (const pid_t child : test_support::Children(daemon_->pid())) {
+    if (test_support::Comm(child) == "cfdb-job-guard") guard = child;
   }
   ASSERT_TRUE(guard.has_value());
   ASSERT_EQ(kill(*guard, SIGKILL), 0);
@@ -449,7 +451,7 @@ TEST(SanOnlyTest, TheCommonNameNeverIdentifiesTheWorker) {
   Worker worker(WorkerOptions{.max_concurrent_tasks = 1});
   auto server = WorkerServer::Start(worker, {.credentials = pki.Mtls(cn_only)});
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  const std::string address = test_support::LoopbackAddress((*server)->port());
   auto by_name = WorkerConnection::Open(address, pki.Mtls(client, kWorker));
   absl::StatusOr<double> idle = (*by_name)->IdleTime(seconds(5));
   ASSERT_FALSE(idle.ok());
@@ -470,7 +472,7 @@ TEST(SanOnlyTest, AWildcardCoversExactlyOneLabel) {
   auto server =
       WorkerServer::Start(worker, {.credentials = pki.Mtls(wildcard)});
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  const std::string address = test_support::LoopbackAddress((*server)->port());
   for (const auto& [identity, ok] :
        std::vector<std::pair<std::string, bool>>{{"w1.cfdb.internal", true},
                                                  {"W1.CFDB.internal", true},

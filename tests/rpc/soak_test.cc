@@ -35,6 +35,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rpc/wire.h"
+#include "support/loopback.h"
 #include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
@@ -44,8 +45,8 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::Children;
-using testing::ExecRequest;
+using test_support::Children;
+using test_support::ExecRequest;
 using Failure = JobOutcome::Failure;
 
 constexpr size_t kBigOutputBytes = 2'000'000;
@@ -321,7 +322,7 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   ASSERT_TRUE(worker.RegisterKind(kExecKind, ExecKind()).ok());
   auto server = WorkerServer::Start(worker, {.address = "127.0.0.1:0"});
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  const std::string address = test_support::LoopbackAddress((*server)->port());
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   auto channel = grpc::CreateCustomChannel(
@@ -425,7 +426,7 @@ TEST_F(SoakTest, ManyClientsEveryEndingThenStopWithAGrace) {
   EXPECT_TRUE(Children(getpid()).empty())
       << "no child process or zombie is left";
   // Sockets close asynchronously after the server and channel are gone.
-  testing::WaitFor([&] { return OpenFds() <= fds_before; });
+  test_support::WaitFor([&] { return OpenFds() <= fds_before; });
   const size_t fds_after = OpenFds();
   EXPECT_LE(fds_after, fds_before);
 

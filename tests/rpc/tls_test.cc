@@ -23,10 +23,10 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
+using test_support::Pem;
+using test_support::TestPki;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::Pem;
-using testing::TestPki;
 
 constexpr char kIdentity[] = "worker.cfdb.internal";
 constexpr auto kTimeout = seconds(10);
@@ -59,7 +59,7 @@ class TlsTest : public ::testing::Test {
 
   // MarkerJob would create a file if it ran.
   JobRequest MarkerJob() {
-    JobRequest request = testing::ExecRequest({"touch", marker_});
+    JobRequest request = test_support::ExecRequest({"touch", marker_});
     return request;
   }
   bool MarkerExists() const { return std::filesystem::exists(marker_); }
@@ -190,10 +190,10 @@ TEST(TlsDaemonTest, ReapsItselfUnderMutualTlsThroughItsSelfPoll) {
   TestPki pki;
   const Pem worker =
       pki.Leaf("worker", {std::string("DNS:") + kIdentity, "IP:127.0.0.1"});
-  testing::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
-                          "--tls-key", worker.key, "--tls-identity", kIdentity,
-                          "--idle-timeout-seconds", "1",
-                          "--idle-poll-interval-seconds", "0.2"});
+  test_support::Daemon daemon(
+      {"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert, "--tls-key",
+       worker.key, "--tls-identity", kIdentity, "--idle-timeout-seconds", "1",
+       "--idle-poll-interval-seconds", "0.2"});
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle for"));
 }
@@ -217,7 +217,7 @@ TEST_P(UnpollableTest, IsRefusedAtStartNamingTheSetting) {
   std::vector<std::string> args = {"serve", "--port", "0", "--tls-ca",
                                    pki.ca().cert};
   for (const std::string& arg : GetParam().args(pki)) args.push_back(arg);
-  testing::CollectingJob job(testing::Command(args));
+  test_support::CollectingJob job(test_support::Command(args));
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(2)) << job.err();
   for (const std::string& part : GetParam().says) {
     EXPECT_THAT(job.err(), HasSubstr(part));
@@ -331,11 +331,11 @@ TEST(TlsDaemonTest, AWildcardAdmissionEntryAdmitsOneLabel) {
   TestPki pki;
   const Pem worker =
       pki.Leaf("worker", {std::string("DNS:") + kIdentity, "IP:127.0.0.1"});
-  testing::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
-                          "--tls-key", worker.key, "--tls-admit-control",
-                          "api.cfdb.internal", "--tls-admit-observe",
-                          "*.cfdb.internal", "--idle-timeout-seconds", "1",
-                          "--idle-poll-interval-seconds", "0.2"});
+  test_support::Daemon daemon(
+      {"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert, "--tls-key",
+       worker.key, "--tls-admit-control", "api.cfdb.internal",
+       "--tls-admit-observe", "*.cfdb.internal", "--idle-timeout-seconds", "1",
+       "--idle-poll-interval-seconds", "0.2"});
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
   EXPECT_THAT(daemon.log(), HasSubstr("exiting: idle for"));
 }
@@ -343,9 +343,9 @@ TEST(TlsDaemonTest, AWildcardAdmissionEntryAdmitsOneLabel) {
 TEST(TlsDaemonTest, MalformedFileIsRefusedWithTheFileAndReason) {
   TestPki pki;
   const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
-  testing::CollectingJob job(
-      testing::Command({"serve", "--tls-ca", worker.key, "--tls-cert",
-                        worker.cert, "--tls-key", worker.key}));
+  test_support::CollectingJob job(
+      test_support::Command({"serve", "--tls-ca", worker.key, "--tls-cert",
+                             worker.cert, "--tls-key", worker.key}));
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
   EXPECT_THAT(job.err(),
               HasSubstr("--tls-ca: " + worker.key + ": not a PEM certificate"));
@@ -357,19 +357,19 @@ TEST(TlsDaemonTest, AnEncryptedKeyIsAnErrorNotAPrompt) {
   TestPki pki;
   const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
   const std::string encrypted = pki.dir() + "/encrypted.key";
-  testing::CollectingJob encrypt(
-      testing::ExecRequest({"openssl", "pkey", "-in", worker.key, "-aes256",
-                            "-passout", "pass:x", "-out", encrypted}));
+  test_support::CollectingJob encrypt(test_support::ExecRequest(
+      {"openssl", "pkey", "-in", worker.key, "-aes256", "-passout", "pass:x",
+       "-out", encrypted}));
   ASSERT_EQ(RunExec(encrypt), JobOutcome::Exited(0)) << encrypt.err();
   // script(1) gives the worker a terminal on its stdin.
-  JobRequest serve = testing::ExecRequest(
+  JobRequest serve = test_support::ExecRequest(
       {"script", "-qec",
-       absl::StrCat(testing::Binary(), " serve --port 0 --tls-ca ",
+       absl::StrCat(test_support::Binary(), " serve --port 0 --tls-ca ",
                     pki.ca().cert, " --tls-cert ", worker.cert, " --tls-key ",
                     encrypted),
        "/dev/null"});
   MutableExec(serve).time_limit = seconds(20);
-  testing::CollectingJob job(serve);
+  test_support::CollectingJob job(serve);
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(2)) << job.out() << job.err();
   EXPECT_THAT(job.out() + job.err(), HasSubstr("is an encrypted key"));
 }
@@ -389,19 +389,19 @@ TEST(TlsDaemonTest, UnderTheDefaultListsTheWorkerObservesButDoesNotControl) {
               {"--tls-admit-control", "api.cfdb.internal",
                "--tls-admit-observe", kIdentity, "--idle-timeout-seconds", "3",
                "--idle-poll-interval-seconds", "0.2"});
-  testing::Daemon daemon(args);
+  test_support::Daemon daemon(args);
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto client = [&](std::vector<std::string> command) {
     command.insert(command.end(), tls.begin(), tls.end());
     command.insert(command.end(), {"--address", daemon.address()});
-    return testing::Command(command);
+    return test_support::Command(command);
   };
-  testing::CollectingJob health(client({"health"}));
+  test_support::CollectingJob health(client({"health"}));
   EXPECT_EQ(RunExec(health), JobOutcome::Exited(0)) << health.err();
   JobRequest dispatch = client({"dispatch", "--no-stdin"});
   MutableExec(dispatch).argv.insert(MutableExec(dispatch).argv.end(),
                                     {"--", "true"});
-  testing::CollectingJob denied(dispatch);
+  test_support::CollectingJob denied(dispatch);
   EXPECT_EQ(RunExec(denied), JobOutcome::Exited(77));
   EXPECT_THAT(denied.err(), HasSubstr("permission denied"));
   EXPECT_THAT(denied.err(), HasSubstr(std::string("Dispatch")));
@@ -427,14 +427,14 @@ TEST(TlsDaemonTest, ClientsTakeThePemsFromVariablesToo) {
       "--tls-cert-env", "CFDB_WORKER_TLS_CERT_PEM",
       "--tls-key-env",  "CFDB_WORKER_TLS_KEY_PEM",
       "--tls-identity", kIdentity};
-  testing::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert", worker.cert,
-                          "--tls-key", worker.key, "--idle-timeout-seconds",
-                          "0"});
+  test_support::Daemon daemon({"--tls-ca", pki.ca().cert, "--tls-cert",
+                               worker.cert, "--tls-key", worker.key,
+                               "--idle-timeout-seconds", "0"});
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   for (const char* command : {"health", "idle"}) {
     std::vector<std::string> args = {command, "--address", daemon.address()};
     args.insert(args.end(), tls.begin(), tls.end());
-    testing::CollectingJob client(testing::Command(args, pems));
+    test_support::CollectingJob client(test_support::Command(args, pems));
     EXPECT_EQ(RunExec(client), JobOutcome::Exited(0))
         << command << ": " << client.err();
   }
@@ -444,9 +444,9 @@ TEST(TlsDaemonTest, KeyOfAnotherCertificateIsRefused) {
   TestPki pki;
   const Pem worker = pki.Leaf("worker", {"IP:127.0.0.1"});
   const Pem other = pki.Leaf("other", {"IP:127.0.0.1"});
-  testing::CollectingJob job(
-      testing::Command({"serve", "--tls-ca", pki.ca().cert, "--tls-cert",
-                        worker.cert, "--tls-key", other.key}));
+  test_support::CollectingJob job(
+      test_support::Command({"serve", "--tls-ca", pki.ca().cert, "--tls-cert",
+                             worker.cert, "--tls-key", other.key}));
   EXPECT_EQ(RunExec(job), JobOutcome::Exited(2));
   EXPECT_THAT(job.err(), HasSubstr("does not belong to the certificate"));
 }

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "support/background_dispatch.h"
 #include "support/feed.h"
+#include "support/loopback.h"
 #include "support/served_worker.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
@@ -27,14 +28,14 @@ namespace cfdb::worker {
 namespace {
 
 using std::chrono::seconds;
-using testing::ExecRequest;
+using test_support::ExecRequest;
 using ::testing::HasSubstr;
 using Failure = JobOutcome::Failure;
 namespace v1 = ::cfdb::worker::v1;
 
 constexpr auto kTimeout = seconds(30);
 
-using WorkerTest = testing::ServedWorkerTest;
+using WorkerTest = test_support::ServedWorkerTest;
 
 TEST_F(WorkerTest, FreshWorkerIdleIsPositiveAndNonDecreasing) {
   absl::StatusOr<double> first = connection_->IdleTime(kTimeout);
@@ -46,7 +47,8 @@ TEST_F(WorkerTest, FreshWorkerIdleIsPositiveAndNonDecreasing) {
 }
 
 TEST_F(WorkerTest, IdleIsZeroWhileAJobIsInFlight) {
-  testing::BackgroundDispatch job(address(), ExecRequest({"sleep", "300"}));
+  test_support::BackgroundDispatch job(address(),
+                                       ExecRequest({"sleep", "300"}));
   absl::StatusOr<double> idle = connection_->IdleTime(kTimeout);
   ASSERT_TRUE(idle.ok()) << idle.status();
   EXPECT_EQ(*idle, 0.0);
@@ -65,7 +67,7 @@ TEST_F(WorkerTest, ServerWithoutIdleIsIdleUnavailableNotAnRpcError) {
   builder.RegisterService(&bare);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(port, 0);
-  auto connection = WorkerConnection::Open(absl::StrCat("127.0.0.1:", port));
+  auto connection = WorkerConnection::Open(test_support::LoopbackAddress(port));
   ASSERT_TRUE(connection.ok());
   absl::StatusOr<double> idle = (*connection)->IdleTime(kTimeout);
   ASSERT_FALSE(idle.ok());
@@ -90,7 +92,8 @@ TEST_F(WorkerTest, HealthIsServingUntilTheDrainBegins) {
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, WorkerConnection::ServingStatus::kServing);
 
-  testing::BackgroundDispatch job(address(), ExecRequest({"sleep", "300"}));
+  test_support::BackgroundDispatch job(address(),
+                                       ExecRequest({"sleep", "300"}));
   absl::Notification draining;
   worker_->OnStopping([&] { draining.Notify(); });
   std::thread stopper([this] { worker_->Stop(seconds(300)); });
@@ -122,7 +125,7 @@ TEST_F(WorkerTest, NonPositiveTimeoutIsRejectedWithoutACall) {
 }
 
 TEST_F(WorkerTest, DrainLetsARunningJobFinishWithinTheGrace) {
-  testing::BackgroundDispatch job(
+  test_support::BackgroundDispatch job(
       address(), ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}));
   absl::StatusOr<StopSummary> stopped =
       connection_->Stop(seconds(60), kTimeout);
@@ -137,7 +140,7 @@ TEST_F(WorkerTest, DrainLetsARunningJobFinishWithinTheGrace) {
 }
 
 TEST_F(WorkerTest, StopWithoutGraceCancelsARunningJob) {
-  testing::BackgroundDispatch job(
+  test_support::BackgroundDispatch job(
       address(), ExecRequest({"sh", "-c", "sleep 0.5; echo finished"}));
   absl::StatusOr<StopSummary> stopped =
       connection_->Stop(Duration::zero(), kTimeout);
@@ -159,7 +162,8 @@ TEST_F(WorkerTest, StoppingWorkerRefusesNewJobsAsUnavailable) {
 
 TEST_F(WorkerTest, FullDocketRefusesWithResourceExhausted) {
   Start(1);
-  testing::BackgroundDispatch job(address(), ExecRequest({"sleep", "300"}));
+  test_support::BackgroundDispatch job(address(),
+                                       ExecRequest({"sleep", "300"}));
   absl::StatusOr<JobOutcome> second =
       connection_->Dispatch(ExecRequest({"true"}), {});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
@@ -201,7 +205,7 @@ TEST_F(WorkerTest, BadRequestsGetInvalidArgumentNamingTheField) {
 
 TEST_F(WorkerTest, StreamsSeveralMebibytesByteExact) {
   JobRequest request = ExecRequest({"cat"});
-  MutableExec(request).stdin_data = testing::RandomBytes(6 << 20, 7);
+  MutableExec(request).stdin_data = test_support::RandomBytes(6 << 20, 7);
   std::string out;
   bool accepted = false;
   absl::StatusOr<JobOutcome> outcome = connection_->Dispatch(
@@ -247,7 +251,7 @@ TEST_F(WorkerTest, EmbeddedKindRunsItsHandler) {
 struct RawStream {
   explicit RawStream(int port)
       : stub(v1::Worker::NewStub(
-            grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+            grpc::CreateChannel(test_support::LoopbackAddress(port),
                                 grpc::InsecureChannelCredentials()))) {
     context.set_deadline(std::chrono::system_clock::now() + kTimeout);
     stream = stub->DispatchStream(&context);
@@ -353,7 +357,7 @@ TEST_F(WorkerTest, AnEmbeddedKindReadsStreamedStdin) {
   request.job_id = "upper";
   request.kind = "upper";
   const std::string input(300'000, 'q');
-  testing::Feed feed(input);
+  test_support::Feed feed(input);
   std::string out;
   absl::StatusOr<JobOutcome> outcome = connection_->DispatchStream(
       request, feed.read_fd(),
@@ -372,11 +376,12 @@ TEST(WorkerNiceTest, ProgramsOfJobsRunAtTheAddedNiceValue) {
   if (base > 9) GTEST_SKIP() << "the test runs at nice " << base;
   Worker worker(WorkerOptions{.job_nice = 10});
   ASSERT_TRUE(worker.RegisterKind(kExecKind, ExecKind()).ok());
-  auto job = std::make_shared<testing::CollectingJob>(ExecRequest({"nice"}));
+  auto job =
+      std::make_shared<test_support::CollectingJob>(ExecRequest({"nice"}));
   ASSERT_TRUE(worker.Dispatch(job).ok());
   // The job leaves the docket just before its end is told.
-  ASSERT_TRUE(
-      testing::WaitFor([&] { return job->outcome().has_value(); }, kTimeout));
+  ASSERT_TRUE(test_support::WaitFor([&] { return job->outcome().has_value(); },
+                                    kTimeout));
   EXPECT_EQ(job->outcome(), JobOutcome::Exited(0));
   EXPECT_EQ(job->out(), absl::StrCat(base + 10, "\n"));
 }

@@ -17,7 +17,7 @@
 #include "cfdb/worker/job.h"
 #include "gtest/gtest.h"
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 // BackgroundDispatch dispatches `request` to the worker at `address` (a
 // call bounded by `timeout`, if set) and returns from its constructor once
@@ -83,4 +83,4 @@ class BackgroundDispatch {
   std::thread thread_;
 };
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

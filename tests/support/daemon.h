@@ -16,9 +16,10 @@
 
 #include "cfdb/worker/exec.h"
 #include "gtest/gtest.h"
+#include "support/loopback.h"
 #include "support/test_job.h"
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 inline std::string Binary() {
   const char* path = std::getenv("CFDB_WORKER_BINARY");
@@ -99,7 +100,7 @@ class Daemon {
   bool WaitForLog(std::string_view text) { return job_.WaitForOutput(text); }
   int port() const { return port_; }
   // address is the TCP address clients dial: "127.0.0.1:PORT".
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string address() const { return LoopbackAddress(port_); }
   pid_t pid() const { return pid_; }
 
  private:
@@ -150,4 +151,4 @@ class Daemon {
   pid_t pid_ = 0;
 };
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 // RandomBytes returns `size` bytes of a fixed pseudo-random sequence.
 inline std::string RandomBytes(std::size_t size, unsigned seed = 1) {
@@ -84,4 +84,4 @@ class Feed {
   std::thread thread_;
 };
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

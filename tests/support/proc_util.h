@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 // ProcFile returns the contents of a /proc file, or "" when it cannot be
 // read: the process may end while it is read, and libstdc++'s ifstream
@@ -84,4 +84,4 @@ inline std::vector<pid_t> JobChildren(pid_t daemon) {
   return jobs;
 }
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

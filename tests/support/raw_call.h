@@ -10,7 +10,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 // CallRaw sends `bytes` as the request of `method` ("/package.Service/
 // Method") over a plaintext channel to `address` and returns the status.
@@ -41,4 +41,4 @@ inline grpc::Status CallRaw(const std::string& address,
   return status;
 }
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

@@ -12,9 +12,10 @@
 #include "cfdb/worker/server.h"
 #include "cfdb/worker/worker.h"
 #include "gtest/gtest.h"
+#include "support/loopback.h"
 #include "support/test_job.h"
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 class ServedWorkerTest : public ::testing::Test {
  protected:
@@ -34,7 +35,7 @@ class ServedWorkerTest : public ::testing::Test {
   }
 
   std::string address() const {
-    return absl::StrCat("127.0.0.1:", server_->port());
+    return test_support::LoopbackAddress(server_->port());
   }
 
   std::unique_ptr<WorkerConnection> Connect() {
@@ -48,4 +49,4 @@ class ServedWorkerTest : public ::testing::Test {
   std::unique_ptr<WorkerConnection> connection_;
 };
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

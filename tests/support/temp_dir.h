@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 class TempDir {
  public:
@@ -29,4 +29,4 @@ class TempDir {
   std::string dir_;
 };
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

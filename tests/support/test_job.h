@@ -19,7 +19,7 @@ inline void PrintTo(const JobOutcome& outcome, std::ostream* os) {
 
 }  // namespace cfdb::worker
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 class CollectingJob final : public Job {
  public:
@@ -113,4 +113,4 @@ inline JobRequest ExecRequest(std::vector<std::string> argv) {
   return request;
 }
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

@@ -20,7 +20,7 @@
 
 #include "cfdb/worker/credentials.h"
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 // Pem is a certificate and its key, as PEM files.
 struct Pem {
@@ -201,4 +201,4 @@ class TestPki {
   Pem other_ca_;
 };
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <thread>
 
-namespace cfdb::worker::testing {
+namespace cfdb::worker::test_support {
 
 // WaitFor polls `done` every 20 ms until it is true or `timeout` passes;
 // returns its last value. For conditions on other processes (/proc) or
@@ -20,4 +20,4 @@ bool WaitFor(Predicate done, std::chrono::steady_clock::duration timeout =
   return true;
 }
 
-}  // namespace cfdb::worker::testing
+}  // namespace cfdb::worker::test_support
