@@ -8,7 +8,7 @@
 //   fleet-stub [--ports N] [--idle-seconds S] [--tls DIR]
 //
 // Defaults: 1 port, idle 3600 s, plaintext. --tls: mutual TLS, as workers
-// serve it, from DIR/ca.pem, DIR/server.pem and DIR/server-key.pem.
+// serve it, from DIR/ca.pem, DIR/server.pem and DIR/server.key.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -71,7 +71,7 @@ std::shared_ptr<grpc::ServerCredentials> Credentials(
       GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = Read(tls_dir + "/ca.pem");
   options.pem_key_cert_pairs.push_back(
-      {Read(tls_dir + "/server-key.pem"), Read(tls_dir + "/server.pem")});
+      {Read(tls_dir + "/server.key"), Read(tls_dir + "/server.pem")});
   return grpc::SslServerCredentials(options);
 }
 

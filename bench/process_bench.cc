@@ -877,7 +877,7 @@ int Fleet(const std::string& worker, int workers, int reps) {
 
 // StubFleet: `stub --ports N` (fleet-stub), then R dry runs and R runs that
 // stop (the stub answers and stays), with mutual TLS from `tls_dir` if set
-// (ca.pem, server.pem, server-key.pem, client.pem, client-key.pem; the
+// (ca.pem, server.pem, server.key, client.pem, client.key; the
 // server's SAN is stub.fleet).
 int StubFleet(const std::string& worker, const std::string& stub, int ports,
               int reps, int concurrency, const std::string& tls_dir) {
@@ -887,7 +887,7 @@ int StubFleet(const std::string& worker, const std::string& stub, int ports,
     argv.insert(argv.end(), {"--tls", tls_dir});
     tls = {"--tls-ca",       tls_dir + "/ca.pem",
            "--tls-cert",     tls_dir + "/client.pem",
-           "--tls-key",      tls_dir + "/client-key.pem",
+           "--tls-key",      tls_dir + "/client.key",
            "--tls-identity", "stub.fleet"};
   }
   Child server(argv, {.pipe_stdout = true});

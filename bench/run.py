@@ -266,23 +266,15 @@ def detached_rows(dt, buffer_mib):
 
 def stub_pki(directory):
     """A CA, a server certificate for SAN stub.fleet and a client
-    certificate, as PEM files in `directory`, made with the openssl CLI."""
-    def ssl(*args):
-        subprocess.run(["openssl", *args], check=True, cwd=directory,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-        "-nodes", "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=fleet-stub CA")
+    certificate, as PEM files in `directory` (ca.pem, server.pem, server.key,
+    client.pem, client.key), made by scripts/test-pki.sh."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                          "scripts", "test-pki.sh")
+    subprocess.run([script, directory, "ca", "fleet-stub CA"], check=True)
     for name, san, usage in (("server", "DNS:stub.fleet", "serverAuth"),
                              ("client", "DNS:reaper.fleet", "clientAuth")):
-        ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", f"{name}-key.pem", "-out", f"{name}.csr",
-            "-subj", f"/CN={name}")
-        with open(os.path.join(directory, f"{name}.ext"), "w") as f:
-            f.write(f"subjectAltName={san}\nextendedKeyUsage={usage}\n")
-        ssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey",
-            "ca-key.pem", "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-            "-extfile", f"{name}.ext")
+        subprocess.run([script, directory, "leaf", name, san, usage],
+                       check=True)
 
 
 def fleet_rows(build, process, worker):

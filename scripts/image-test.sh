@@ -342,22 +342,13 @@ EOF
 # A test PKI as docs/TLS.md issues it: a CA, the worker (serverAuth and
 # clientAuth: it also calls itself) and the API (clientAuth), all P-256.
 make_pki() {
-  local dir=$1
+  local dir=$1 pki=scripts/test-pki.sh
   rm -rf "$dir"
-  mkdir -p "$dir"
-  (
-    cd "$dir"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-      -subj "/CN=cfdb image-test CA" -keyout ca.key -out ca.pem
-    issue() {
-      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-        -subj "/CN=$1" -keyout "$1.key" -out "$1.csr"
-      openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
-        -extfile <(printf "subjectAltName=%s\nextendedKeyUsage=%s\n" "$2" "$3") -out "$1.pem"
-    }
-    issue worker "DNS:worker.cfdb.internal,IP:127.0.0.1" "serverAuth,clientAuth"
-    issue api "DNS:api.cfdb.internal" "clientAuth"
-  ) >"$dir/openssl.log" 2>&1
+  mkdir -p "$dir" &&
+    $pki "$dir" ca "cfdb image-test CA" &&
+    $pki "$dir" leaf worker "DNS:worker.cfdb.internal,IP:127.0.0.1" \
+      "serverAuth,clientAuth" &&
+    $pki "$dir" leaf api "DNS:api.cfdb.internal" "clientAuth"
 }
 
 # The capabilities Docker (and so ECS) grants by default; the template

@@ -34,29 +34,16 @@ const pkg = grpc.loadPackageDefinition(loaded);
 const Worker = pkg.cfdb.worker.v1.Worker;
 const Health = pkg.grpc.health.v1.Health;
 
-// A CA and two leaves (P-256), made with the openssl command.
+// A CA and two leaves (P-256), made by the repository's one test PKI script
+// (which also logs each key for tests/support/tmp_audit.sh).
 function makePki() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cfdb-node-pki-'));
-  const openssl = (...args) => execFileSync('openssl', args, { stdio: 'pipe' });
+  const script = path.join(__dirname, '..', '..', 'scripts', 'test-pki.sh');
+  const pki = (...args) => execFileSync(script, [dir, ...args], { stdio: 'pipe' });
   const file = (name) => path.join(dir, name);
-  openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
-    '-nodes', '-days', '1', '-subj', '/CN=cfdb node test CA',
-    '-keyout', file('ca.key'), '-out', file('ca.pem'));
+  pki('ca', 'cfdb node test CA');
   const leaf = (name, sans) => {
-    fs.writeFileSync(file(`${name}.ext`),
-      `subjectAltName=${sans}\nbasicConstraints=CA:FALSE\n`);
-    openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
-      '-nodes', '-subj', `/CN=${name}`, '-keyout', file(`${name}.key`),
-      '-out', file(`${name}.csr`));
-    openssl('x509', '-req', '-in', file(`${name}.csr`), '-CA', file('ca.pem'),
-      '-CAkey', file('ca.key'), '-CAcreateserial', '-days', '1',
-      '-extfile', file(`${name}.ext`), '-out', file(`${name}.pem`));
-    fs.chmodSync(file(`${name}.key`), 0o600);
-    // The run's keys, for tests/support/tmp_audit.sh.
-    if (process.env.CFDB_TEST_KEY_LOG) {
-      fs.appendFileSync(process.env.CFDB_TEST_KEY_LOG,
-        fs.readFileSync(file(`${name}.key`), 'utf8').split('\n')[1] + '\n');
-    }
+    pki('leaf', name, sans);
     return { cert: file(`${name}.pem`), key: file(`${name}.key`) };
   };
   return {

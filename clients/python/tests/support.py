@@ -68,14 +68,10 @@ def wait_for(predicate, timeout=10.0):
     return predicate()
 
 
-def log_key(path):
-    """Appends the first line of the key's PEM body to the file
-    CFDB_TEST_KEY_LOG names, if set: tests/support/tmp_audit.sh looks for
-    the run's keys in what is left in /tmp."""
-    log = os.environ.get("CFDB_TEST_KEY_LOG")
-    if log:
-        with open(path) as pem, open(log, "a") as out:
-            out.write(pem.read().splitlines()[1] + "\n")
+# The one test PKI script of the repository (also image-test's, Node's and
+# the bench's); it logs each key for tests/support/tmp_audit.sh.
+PKI_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          "..", "..", "..", "scripts", "test-pki.sh")
 
 
 class Pki:
@@ -84,36 +80,20 @@ class Pki:
 
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="cfdb-py-pki-")
+        self._pki("ca", "cfdb python test CA")
         self.ca = self._path("ca")
-        self._openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
-                      "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-                      "-subj", "/CN=cfdb python test CA",
-                      "-keyout", self.ca[1], "-out", self.ca[0])
 
     def _path(self, name):
         return (os.path.join(self.dir, f"{name}.pem"),
                 os.path.join(self.dir, f"{name}.key"))
 
-    def _openssl(self, *args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
+    def _pki(self, *args):
+        subprocess.run([PKI_SCRIPT, self.dir, *args], check=True)
 
     def leaf(self, name, sans):
         """(cert, key) paths of a leaf for SANs like "DNS:x", "IP:127.0.0.1"."""
-        cert, key = self._path(name)
-        csr = os.path.join(self.dir, f"{name}.csr")
-        ext = os.path.join(self.dir, f"{name}.ext")
-        with open(ext, "w") as f:
-            f.write(f"subjectAltName={','.join(sans)}\n"
-                    "basicConstraints=CA:FALSE\n")
-        self._openssl("req", "-newkey", "ec", "-pkeyopt",
-                      "ec_paramgen_curve:P-256", "-nodes", "-subj",
-                      f"/CN={name}", "-keyout", key, "-out", csr)
-        self._openssl("x509", "-req", "-in", csr, "-CA", self.ca[0],
-                      "-CAkey", self.ca[1], "-CAcreateserial", "-days", "1",
-                      "-extfile", ext, "-out", cert)
-        os.chmod(key, 0o600)
-        log_key(key)
-        return cert, key
+        self._pki("leaf", name, ",".join(sans))
+        return self._path(name)
 
     def close(self):
         shutil.rmtree(self.dir, ignore_errors=True)
