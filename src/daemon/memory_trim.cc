@@ -13,6 +13,14 @@ extern "C" void __sanitizer_purge_allocator();
 namespace cfdb::worker {
 namespace {
 
+// glibc's largest mmap threshold (HEAP_MAX_SIZE / 2 on 64-bit): a 64 MiB
+// message buffer is still mapped on its own, a 1 MiB chunk is not.
+constexpr int kHeapMmapThreshold = 32 << 20;
+// Free memory the heap may keep at its top between MemoryTrimmer's trims.
+// Measured (docs/PERFORMANCE.md): 2 MiB keeps the faults, 4 MiB and more
+// remove them; 256 MiB leaves the trim to MemoryTrimmer alone.
+constexpr int kHeapTrimThreshold = 256 << 20;
+
 // TrimHeap returns the heap's free pages to the system. Under ASan the heap
 // is ASan's, which malloc_trim does not reach: it keeps freed blocks in its
 // quarantine, and a size class's free pages until that class allocates
@@ -33,6 +41,15 @@ void TrimHeap() { malloc_trim(0); }
 #endif
 
 }  // namespace
+
+void SetHeapPolicy() {
+  // Called while the process has one thread (memory_trim.h).
+  // NOLINTBEGIN(concurrency-mt-unsafe)
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_MMAP_THRESHOLD, kHeapMmapThreshold);
+  mallopt(M_TRIM_THRESHOLD, kHeapTrimThreshold);
+  // NOLINTEND(concurrency-mt-unsafe)
+}
 
 MemoryTrimmer::MemoryTrimmer() {
   thread_ = std::thread([watcher = stop_.watcher()] {

@@ -11,6 +11,18 @@
 
 namespace cfdb::worker {
 
+// SetHeapPolicy fixes glibc's heap thresholds for a process that streams
+// data through gRPC: one arena, allocations below 32 MiB from the heap, and
+// free memory at the top of the heap kept up to 256 MiB between trims.
+// glibc's defaults give the memory of each freed receive buffer back to the
+// system and take it again for the next one: a page fault per 4 KiB
+// streamed, most of the input path's CPU (docs/PERFORMANCE.md, "where the
+// time goes"). What the heap keeps goes back every kTrimEvery through
+// MemoryTrimmer, whose malloc_trim reaches only the main arena's top, hence
+// one arena. Call it while the process has one thread (arenas are made as
+// threads first contend); no effect under ASan, whose allocator is its own.
+void SetHeapPolicy();
+
 // kTrimEvery is how often MemoryTrimmer trims; a trim of a quiet heap
 // takes microseconds.
 inline constexpr Duration kTrimEvery = std::chrono::seconds(2);

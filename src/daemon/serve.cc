@@ -218,6 +218,7 @@ absl::Status Failure(absl::StatusCode code, const std::string& line) {
 absl::Status PrepareProcess(const ServeConfig& config, Process& process) {
   // A write to a job's closed stdin must not kill the worker.
   std::signal(SIGPIPE, SIG_IGN);
+  SetHeapPolicy();
   process.nofile = RaiseDescriptorLimit();
   // It kills the jobs' process groups if this process dies.
   absl::StatusOr<std::unique_ptr<JobGuard>> guard = JobGuard::Start();

@@ -2,7 +2,8 @@
 // embeds the worker and registers job kinds of its own. It does what the
 // binary does, in the same order, and returns when the worker retires:
 //
-// - the process made ready while it has one thread: SIGPIPE ignored, the
+// - the process made ready while it has one thread: SIGPIPE ignored,
+//   glibc's heap thresholds fixed (one arena, trimmed every 2 s), the
 //   descriptor limit raised, the job guard forked (it kills the jobs'
 //   process groups if the process dies), the jobs' containment started,
 //   privileges dropped (--worker-user, --job-user), SIGTERM and SIGINT
@@ -72,11 +73,12 @@ struct ServeOptions {
 // blocked signals and the guard is forked from a process without locks
 // held. A thread started earlier could take a SIGTERM and end the process
 // without a drain; Serve logs a warning when it finds more than one thread.
-// It replaces spdlog's default logger and sets SIGPIPE to be ignored, and
-// leaves them so. It returns with an alarm armed (alarm(2), SIGALRM): gRPC's
-// shutdown has been seen to stall, so the process ends (exit 1, saying so)
-// if it has not exited 15 s after the drain ended; a program that goes on
-// after Serve cancels it with alarm(0).
+// It replaces spdlog's default logger, sets SIGPIPE to be ignored and
+// fixes glibc's heap thresholds (mallopt: one arena, M_MMAP_THRESHOLD and
+// M_TRIM_THRESHOLD), and leaves them so. It returns with an alarm armed
+// (alarm(2), SIGALRM): gRPC's shutdown has been seen to stall, so the process
+// ends (exit 1, saying so) if it has not exited 15 s after the drain ended; a
+// program that goes on after Serve cancels it with alarm(0).
 //
 // `register_kinds` (may be empty) is called once with the worker before it
 // is served, after the exec kind was registered: it registers the
