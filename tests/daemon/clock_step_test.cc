@@ -195,7 +195,10 @@ TEST_P(ClockStepTest, SigtermDuringPollFailuresEndsItAtOnce) {
   const TimePoint signalled = Now();
   ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
-  EXPECT_LT(Since(signalled), 0.1) << daemon.log();
+  // The production build's bound; a sanitizer build's exit (LSan's leak
+  // check included) is slower (0.16 s seen under ASan on a loaded machine).
+  EXPECT_LT(Since(signalled), 0.1 * test_support::kSanitizerSlowdown)
+      << daemon.log();
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, ClockStepTest, ::testing::Values("+1h", "-1h"),

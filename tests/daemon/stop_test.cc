@@ -554,9 +554,17 @@ TEST(RetirementRaceTest, EveryDispatchRanOrMayBeRetried) {
                    "--idle-poll-interval-seconds", "0.25"});
     ASSERT_GT(daemon.port(), 0) << daemon.log();
     const std::string address = daemon.address();
-    // The worker became idle at about its start; retirement comes about 1 s
-    // later, within a poll interval (0.25 s).
-    const TimePoint start = Now();
+    // The worker became idle when its docket was made, at its start;
+    // retirement comes about 1 s later, within a poll interval (0.25 s).
+    // That start is read from the worker (Now less its idle seconds), not
+    // taken as the moment it listens: a sanitizer build takes long enough to
+    // get from one to the other that every dispatch came after retirement.
+    auto probe = WorkerConnection::Open(address);
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    const absl::StatusOr<double> idle = (*probe)->IdleTime(kTimeout);
+    ASSERT_TRUE(idle.ok()) << idle.status();
+    const TimePoint start = Now() - std::chrono::duration_cast<Duration>(
+                                        std::chrono::duration<double>(*idle));
     std::vector<std::thread> threads;
     std::vector<absl::StatusOr<JobOutcome>> outcomes(kDispatches);
     for (int i = 0; i < kDispatches; ++i) {
