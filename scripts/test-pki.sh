@@ -8,14 +8,20 @@
 #       extendedKeyUsage list like "serverAuth,clientAuth" (none given: any).
 # Keys are mode 600. With CFDB_TEST_KEY_LOG set, the first base64 line of
 # each key is appended to that file (tests/support/tmp_audit.sh). openssl's
-# own output goes to DIR/openssl.log. Exits 2 on bad usage, 1 if openssl fails.
+# own output goes to DIR/openssl.log (its tail to stderr if it fails). Exits 2 on bad usage, 1 if openssl fails.
 set -euo pipefail
 usage() {
   echo "usage: $0 DIR ca [COMMON_NAME] | DIR leaf NAME SANS [USAGES]" >&2
   exit 2
 }
 [ $# -ge 2 ] || usage
+# The key log is named before the cd, so a relative path means the caller's.
+if [ -n "${CFDB_TEST_KEY_LOG:-}" ]; then
+  CFDB_TEST_KEY_LOG=$(realpath -m "$CFDB_TEST_KEY_LOG")
+fi
 cd "$1"
+# A failed openssl says why on stderr, not only in openssl.log.
+trap 'tail -n 5 openssl.log >&2' ERR
 newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
 keep() {
   chmod 600 "$1"

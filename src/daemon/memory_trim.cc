@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "spdlog/spdlog.h"
+
 #if defined(CFDB_ASAN)
 // From <sanitizer/allocator_interface.h>, which GCC does not install.
 // NOLINTNEXTLINE(bugprone-reserved-identifier)
@@ -45,10 +47,18 @@ void TrimHeap() { malloc_trim(0); }
 void SetHeapPolicy() {
   // Called while the process has one thread (memory_trim.h).
   // NOLINTBEGIN(concurrency-mt-unsafe)
-  mallopt(M_ARENA_MAX, 1);
-  mallopt(M_MMAP_THRESHOLD, kHeapMmapThreshold);
-  mallopt(M_TRIM_THRESHOLD, kHeapTrimThreshold);
+  const bool set = mallopt(M_ARENA_MAX, 1) == 1 &&
+                   mallopt(M_MMAP_THRESHOLD, kHeapMmapThreshold) == 1 &&
+                   mallopt(M_TRIM_THRESHOLD, kHeapTrimThreshold) == 1;
   // NOLINTEND(concurrency-mt-unsafe)
+#if !defined(CFDB_ASAN)  // ASan's mallopt sets nothing and says so
+  if (!set) {
+    spdlog::warn(
+        "mallopt refused the heap thresholds: streamed input costs more CPU");
+  }
+#else
+  (void)set;
+#endif
 }
 
 MemoryTrimmer::MemoryTrimmer() {

@@ -20,7 +20,9 @@ namespace cfdb::worker {
 // time goes"). What the heap keeps goes back every kTrimEvery through
 // MemoryTrimmer, whose malloc_trim reaches only the main arena's top, hence
 // one arena. Call it while the process has one thread (arenas are made as
-// threads first contend); no effect under ASan, whose allocator is its own.
+// threads first contend: an arena made by an earlier thread stays); logs a
+// warning if glibc refuses a setting; no effect under ASan, whose allocator
+// is its own.
 void SetHeapPolicy();
 
 // kTrimEvery is how often MemoryTrimmer trims; a trim of a quiet heap

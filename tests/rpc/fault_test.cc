@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "rpc/wire.h"
 #include "support/daemon.h"
+#include "support/loopback.h"
 #include "support/proc_util.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
@@ -84,7 +85,7 @@ class FaultTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     auto connection =
-        WorkerConnection::Open(absl::StrCat("127.0.0.1:", server_->port()));
+        WorkerConnection::Open(test_support::LoopbackAddress(server_->port()));
     ASSERT_TRUE(connection.ok());
     connection_ = *std::move(connection);
   }
@@ -108,7 +109,7 @@ TEST_F(FaultTest, RequestOverTheMessageLimitFailsOncePermanently) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
   auto channel =
-      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+      grpc::CreateCustomChannel(test_support::LoopbackAddress(server_->port()),
                                 grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Worker::NewStub(channel);
   JobRequest request = ExecRequest({"cat"});

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "rpc/wire.h"
 #include "support/daemon.h"
+#include "support/loopback.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 
@@ -48,7 +49,7 @@ class TlsTest : public ::testing::Test {
         *worker_, {.address = "127.0.0.1:0", .credentials = credentials});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    address_ = absl::StrCat("127.0.0.1:", server_->port());
+    address_ = test_support::LoopbackAddress(server_->port());
   }
 
   std::unique_ptr<WorkerConnection> Connect(const Credentials& credentials) {

@@ -2,14 +2,14 @@
 // embeds the worker and registers job kinds of its own. It does what the
 // binary does, in the same order, and returns when the worker retires:
 //
+// - logging set up (spdlog's default logger on stderr, text or JSON, with
+//   gRPC's own lines routed into it: --log-level, --log-format);
 // - the process made ready while it has one thread: SIGPIPE ignored,
 //   glibc's heap thresholds fixed (one arena, trimmed every 2 s), the
 //   descriptor limit raised, the job guard forked (it kills the jobs'
 //   process groups if the process dies), the jobs' containment started,
 //   privileges dropped (--worker-user, --job-user), SIGTERM and SIGINT
 //   blocked;
-// - logging set up (spdlog's default logger on stderr, text or JSON, with
-//   gRPC's own lines routed into it: --log-level, --log-format);
 // - the worker, with the built-in exec kind and the kinds `register_kinds`
 //   adds; the server (TCP, and the Unix socket with --uds; mutual TLS from
 //   a checked private copy of the files);
@@ -75,7 +75,8 @@ struct ServeOptions {
 // without a drain; Serve logs a warning when it finds more than one thread.
 // It replaces spdlog's default logger, sets SIGPIPE to be ignored and
 // fixes glibc's heap thresholds (mallopt: one arena, M_MMAP_THRESHOLD and
-// M_TRIM_THRESHOLD), and leaves them so. It returns with an alarm armed
+// M_TRIM_THRESHOLD; an arena made by a thread started before Serve stays),
+// and leaves them so. It returns with an alarm armed
 // (alarm(2), SIGALRM): gRPC's shutdown has been seen to stall, so the process
 // ends (exit 1, saying so) if it has not exited 15 s after the drain ended; a
 // program that goes on after Serve cancels it with alarm(0).
