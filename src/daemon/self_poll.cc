@@ -60,7 +60,7 @@ RetirementPolicy::ConnectionFactory SelfPollFactory(
 }
 
 std::function<absl::Status(Duration deadline)> FreshDial(
-    std::string host, int port, const Credentials& credentials) {
+    const std::string& host, int port, const Credentials& credentials) {
   return [target = LoopbackTarget(host, port),
           credentials](Duration deadline) -> absl::Status {
     absl::StatusOr<std::unique_ptr<WorkerConnection>> fresh =

@@ -22,6 +22,6 @@ RetirementPolicy::ConnectionFactory SelfPollFactory(
 // a connection of its own to LoopbackTarget(host, port) with `credentials`,
 // calls Idle within the deadline, and closes it again.
 std::function<absl::Status(Duration deadline)> FreshDial(
-    std::string host, int port, const Credentials& credentials);
+    const std::string& host, int port, const Credentials& credentials);
 
 }  // namespace cfdb::worker
