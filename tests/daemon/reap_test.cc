@@ -189,10 +189,18 @@ TEST(ReapPoolTest, AtMostTheConcurrencyAtOnceAndEachResultAsItComes) {
   int most = 0;
   std::vector<std::string> handed;
   bool slow_saw_the_rest = false;
+  bool slow_started = false;
   const auto step = [&](const std::string& address) {
     absl::MutexLock lock(&mu);
+    // The others wait for the slow one to be running, so that they run
+    // beside it whatever order the threads are scheduled in (each step is
+    // otherwise over within one hold of the lock).
+    if (address != "w0") {
+      mu.AwaitWithTimeout(absl::Condition(&slow_started), absl::Seconds(60));
+    }
     most = std::max(most, ++running);
     if (address == "w0") {
+      slow_started = true;
       slow_saw_the_rest = mu.AwaitWithTimeout(
           absl::Condition(
               +[](std::vector<std::string>* h) { return h->size() == 29; },
