@@ -5,8 +5,15 @@ Frames are written by hand (hyperframe, hpack from Debian's python3-h2), so the
 client can ignore what a polite one obeys: the server's stream limit and its
 flow-control windows.
 
+Each mode is one scenario whatever the scheduling. gRPC applies its stream
+limit once the client has acknowledged the server's SETTINGS, so every
+connection acknowledges them before its first stream, except in `unacked`,
+which never does (the gap docs/SECURITY.md states).
+
   h2_abuse.py HOST PORT streams COUNT HOLD_S    COUNT streams with headers and
                                                 no message, held HOLD_S seconds
+  h2_abuse.py HOST PORT unacked COUNT HOLD_S    the same, on a connection that
+                                                never acknowledges SETTINGS
   h2_abuse.py HOST PORT partial COUNT BYTES HOLD_S
                                                 COUNT Dispatch requests that
                                                 announce 60 MB and send BYTES
@@ -31,7 +38,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 class Connection:
-    def __init__(self, host, port):
+    def __init__(self, host, port, ack_settings=True):
         self.sock_address = (host, port)
         self.sock = socket.create_connection((host, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -40,8 +47,16 @@ class Connection:
         self.received = Counter()
         self.lock = threading.Lock()
         self.closed = False
+        self.ack_settings = ack_settings
+        # Set once the server's SETTINGS are acknowledged, or the
+        # connection is closed.
+        self.ready = threading.Event()
         self.send(PREFACE + SettingsFrame(0).serialize())
         threading.Thread(target=self.read, daemon=True).start()
+        # Frames are read in order: the acknowledgement reaches the server
+        # before the first HEADERS, so its limit applies to every stream.
+        if ack_settings and not self.ready.wait(30):
+            raise RuntimeError("the server sent no SETTINGS within 30 s")
 
     def send(self, data):
         with self.lock:
@@ -51,7 +66,8 @@ class Connection:
                 self.closed = True
 
     def read(self):
-        """Reads every frame; acknowledges SETTINGS and PING like a live peer."""
+        """Reads every frame; acknowledges SETTINGS (unless told not to) and
+        PING like a live peer."""
         buffer = b""
         while True:
             try:
@@ -60,6 +76,7 @@ class Connection:
                 chunk = b""
             if not chunk:
                 self.closed = True
+                self.ready.set()
                 return
             buffer += chunk
             while len(buffer) >= 9:
@@ -70,7 +87,9 @@ class Connection:
                 buffer = buffer[9 + length:]
                 self.received[type(frame).__name__] += 1
                 if isinstance(frame, SettingsFrame) and "ACK" not in frame.flags:
-                    self.send(SettingsFrame(0, flags=["ACK"]).serialize())
+                    if self.ack_settings:
+                        self.send(SettingsFrame(0, flags=["ACK"]).serialize())
+                        self.ready.set()
                 elif isinstance(frame, PingFrame) and "ACK" not in frame.flags:
                     self.send(PingFrame(0, opaque_data=frame.opaque_data,
                                         flags=["ACK"]).serialize())
@@ -139,8 +158,9 @@ def reset(conn, seconds, come_back=False):
 def main():
     host, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     args = [int(a) for a in sys.argv[4:]]
-    conn = Connection(host, port)
-    what = {"streams": streams, "partial": partial, "reset": reset,
+    conn = Connection(host, port, ack_settings=mode != "unacked")
+    what = {"streams": streams, "unacked": streams, "partial": partial,
+            "reset": reset,
             "resets": lambda c, s: reset(c, s, come_back=True)}[mode](conn, *args)
     conn.send(GoAwayFrame(0, last_stream_id=0).serialize())
     conn.sock.close()

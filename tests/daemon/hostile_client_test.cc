@@ -240,6 +240,17 @@ constexpr int64_t kAbuseBoundKib = 256 * 1024;
 // After the connection is gone, memory goes back to within this.
 constexpr int64_t kSettledKib = 48 * 1024;
 
+// How much an ASan build stretches the answer bound during a flood. Not
+// kSanitizerSlowdown (3): the slowest Idle + health of a rapid-reset flood,
+// 12 runs each on an idle 2-core machine, was 0.15-0.26 s in the production
+// build and 1.5-2.9 s under ASan, whose allocator and allocation stacks
+// take about half of the worker's CPU then (perf).
+#if defined(CFDB_ASAN)
+constexpr int kFloodSlowdown = 10;
+#else
+constexpr int kFloodSlowdown = 1;
+#endif
+
 class StreamAbuseTest
     : public ::testing::TestWithParam<std::vector<std::string>> {};
 
@@ -264,8 +275,10 @@ TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
   int64_t peak = baseline;
   int calls = 0;
   std::vector<std::string> slow;
-  // 1 s, the bound docs/SECURITY.md states, in the production build.
-  const auto bound = seconds(1) * test_support::kSanitizerSlowdown;
+  // 1 s, the bound docs/SECURITY.md states, in the production build. An
+  // ASan build stretches it by kFloodSlowdown: gRPC's work for the
+  // thousands of calls of a flood is allocation, ASan's slowest path.
+  const auto bound = seconds(1) * kFloodSlowdown;
   Duration slowest{};
   while (!done) {
     const auto start = std::chrono::steady_clock::now();
@@ -286,8 +299,14 @@ TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
   EXPECT_THAT(slow, ::testing::IsEmpty())
       << "Idle and health each within " << ToSeconds(bound) << " s";
   std::cout << "slowest Idle + health: " << ToSeconds(slowest) << " s\n";
+  // Each is cut: past the stream limit (streams, partial), or by the
+  // rapid-reset guard; but a client that never acknowledges SETTINGS is not
+  // held to the limit (docs/SECURITY.md), and its streams are bounded only
+  // by their number here.
+  EXPECT_THAT(abuse.out(), HasSubstr(absl::StrCat(
+                               "closed by server: ",
+                               GetParam()[0] == "unacked" ? "False" : "True")));
   if (GetParam()[0] == "reset") {
-    EXPECT_THAT(abuse.out(), HasSubstr("closed by server: True"));
     EXPECT_THAT(daemon.log(),
                 HasSubstr("the rapid-reset pattern): connection cut"));
   }
@@ -301,6 +320,7 @@ TEST_P(StreamAbuseTest, TheWorkerStaysBoundedAndAnswers) {
 INSTANTIATE_TEST_SUITE_P(
     Modes, StreamAbuseTest,
     ::testing::Values(std::vector<std::string>{"streams", "40000", "3"},
+                      std::vector<std::string>{"unacked", "2000", "3"},
                       std::vector<std::string>{"partial", "200", "2000000",
                                                "3"},
                       std::vector<std::string>{"reset", "5"}),
