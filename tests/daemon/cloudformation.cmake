@@ -11,7 +11,7 @@ set(CFDB_CFNSPEC_JSON
   CACHE FILEPATH "CloudFormation resource specification (@aws-cdk/cfnspec)")
 
 add_executable(cloudformation_test daemon/cloudformation_test.cc)
-target_compile_options(cloudformation_test PRIVATE ${CFDB_WARNINGS})
+target_compile_options(cloudformation_test PRIVATE ${CFDB_TEST_OPTIONS})
 target_compile_definitions(cloudformation_test PRIVATE
   CFDB_WORKERS_TEMPLATE="${PROJECT_SOURCE_DIR}/cloudformation/workers.yml"
   CFDB_DEPLOY_DOC="${PROJECT_SOURCE_DIR}/docs/DEPLOY.md"

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -90,13 +91,17 @@ class Prober {
 };
 
 // KeyCopies returns the files under /tmp but `pki` (where the test keeps
-// its own), written since `since`, that hold a line of `key`'s PEM body:
-// copies of a worker's key on disk.
+// its own) and the run's key log ($CFDB_TEST_KEY_LOG, which holds a line of
+// every test key, and lies under /tmp when the build directory does),
+// written since `since`, that hold a line of `key`'s PEM body: copies of a
+// worker's key on disk.
 std::vector<std::string> KeyCopies(const std::string& key,
                                    const std::string& pki,
                                    fs::file_time_type since) {
   std::vector<std::string> lines = absl::StrSplit(key, '\n');
   const std::string needle = lines.size() > 1 ? lines[1] : key;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): no test thread sets variables
+  const char* key_log = std::getenv("CFDB_TEST_KEY_LOG");
   std::vector<std::string> copies;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(
@@ -108,6 +113,7 @@ std::vector<std::string> KeyCopies(const std::string& key,
       continue;
     }
     std::error_code stat;
+    if (key_log != nullptr && it->path() == key_log) continue;
     if (!it->is_regular_file(stat) || it->last_write_time(stat) < since ||
         it->file_size(stat) > (1 << 20)) {
       continue;
