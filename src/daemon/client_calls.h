@@ -9,19 +9,17 @@
 #include "absl/status/statusor.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
+#include "cfdb/worker/limits.h"
 #include "daemon/backoff.h"
 #include "daemon/commands.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker::cli {
 
-// Backoff of the client commands' retries: short, as a person is waiting.
-inline constexpr Duration kRetryInitialDelay = std::chrono::milliseconds(500);
-inline constexpr Duration kRetryMaxDelay = std::chrono::seconds(10);
-
 // WithRetries calls `call` until it succeeds, fails with other than a
-// transient error, or `attempts` calls were made. A job the worker accepted
-// is never sent twice: a failure after acceptance is not transient.
+// transient error, or `attempts` calls were made, waiting kRetryInitialDelay
+// up to kRetryMaxDelay (cfdb/worker/limits.h) between calls. A job the worker
+// accepted is never sent twice: a failure after acceptance is not transient.
 template <typename Call>
 auto WithRetries(int attempts, Rpc rpc, Call call) -> decltype(call()) {
   Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);

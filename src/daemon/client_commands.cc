@@ -21,37 +21,6 @@
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker::cli {
-namespace {}  // namespace
-
-namespace {
-
-// WhatItMeans says what a kind promises about the job, or what to do, where
-// that is not plain from its name.
-std::string_view WhatItMeans(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kOutcomeUnknown:
-      return " -- the job was accepted and started; whether it finished is "
-             "unknown, so do not resend it blindly (attach to it, if the "
-             "worker is there)";
-    case ErrorKind::kAcceptedDeadlineExceeded:
-      return " -- the job was accepted and started; dispatch cancels it, "
-             "after attach it runs on";
-    case ErrorKind::kMaybeStarted:
-      return " -- the worker may have started the job before the deadline: "
-             "do not resend it blindly";
-    case ErrorKind::kAlreadyExists:
-      return " -- attach to it (attach JOB_ID, or dispatch "
-             "--attach-if-exists) rather than run it again";
-    case ErrorKind::kNotFound:
-      return " -- it never ran on this worker, or its result expired";
-    case ErrorKind::kStillBusy:
-      return " -- the worker keeps serving";
-    default:
-      return "";
-  }
-}
-
-}  // namespace
 
 int Fail(Rpc rpc, const ClientOptions& options, const absl::Status& failed) {
   const std::string& address = options.address;
@@ -59,7 +28,11 @@ int Fail(Rpc rpc, const ClientOptions& options, const absl::Status& failed) {
   const ErrorKind kind = ClassifyError(rpc, status);
   std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind) << " ("
             << absl::StatusCodeToString(status.code())
-            << "): " << status.message() << WhatItMeans(kind) << "\n";
+            << "): " << status.message();
+  if (!ErrorKindMeaning(kind).empty()) {
+    std::cerr << " -- " << ErrorKindMeaning(kind);
+  }
+  std::cerr << "\n";
   return ExitCodeFor(kind);
 }
 

@@ -20,6 +20,7 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
+#include "cfdb/worker/limits.h"
 #include "daemon/backoff.h"
 #include "daemon/client_calls.h"
 #include "daemon/commands.h"
@@ -170,12 +171,11 @@ int Ended(const std::string& job_id, const JobOutcome& outcome, int signo) {
 }
 
 // ReattachWindow is how long after a lost stream `dispatch` tries to attach
-// again: the job's detach grace (it is cancelled after it; its result stays
-// to be read), at least 10 s, a minute for a job without limit.
+// again (cfdb/worker/limits.h).
 Duration ReattachWindow(double detach_grace_seconds) {
-  if (detach_grace_seconds < 0) return std::chrono::minutes(1);
+  if (detach_grace_seconds < 0) return kReattachUnlimitedWindow;
   return std::max<Duration>(ToDuration(Seconds(detach_grace_seconds)),
-                            std::chrono::seconds(10));
+                            kReattachMinWindow);
 }
 
 // LostStream says whether a failed job call left a job that may run on to

@@ -1,6 +1,8 @@
 #include "cfdb/worker/errors.h"
 
+#include <array>
 #include <initializer_list>
+#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
@@ -110,58 +112,69 @@ bool IsTransient(ErrorKind kind) {
   return kind == ErrorKind::kTransient || kind == ErrorKind::kHandshakeError;
 }
 
-std::string_view ErrorKindName(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kIdleUnavailable:
-      return "idle unavailable";
-    case ErrorKind::kTransient:
-      return "transient error";
-    case ErrorKind::kHandshakeError:
-      return "handshake error";
-    case ErrorKind::kRpcError:
-      return "rpc error";
-    case ErrorKind::kPermissionDenied:
-      return "permission denied";
-    case ErrorKind::kOutcomeUnknown:
-      return "accepted, outcome unknown";
-    case ErrorKind::kAcceptedDeadlineExceeded:
-      return "accepted, deadline exceeded";
-    case ErrorKind::kMaybeStarted:
-      return "no answer before the deadline";
-    case ErrorKind::kAlreadyExists:
-      return "already exists";
-    case ErrorKind::kNotFound:
-      return "not found";
-    case ErrorKind::kStillBusy:
-      return "still busy";
+namespace {
+
+// KindRow is one kind as every client says it: its name, its command's exit
+// code and what it promises beyond its name. The one place for all three;
+// tests/data/error_cases.json's "kinds" repeats them for the Python client,
+// and tests on both sides compare.
+struct KindRow {
+  ErrorKind kind;
+  std::string_view name;
+  int exit_code;
+  std::string_view meaning;
+};
+
+constexpr KindRow kKinds[] = {
+    {ErrorKind::kIdleUnavailable, "idle unavailable", 69, ""},
+    {ErrorKind::kTransient, "transient error", 75, ""},
+    {ErrorKind::kHandshakeError, "handshake error", 75, ""},
+    {ErrorKind::kRpcError, "rpc error", 76, ""},
+    {ErrorKind::kPermissionDenied, "permission denied", 77, ""},
+    {ErrorKind::kOutcomeUnknown, "accepted, outcome unknown", 74,
+     "the job was accepted and started; whether it finished is unknown, so "
+     "do not resend it blindly (attach to it, if the worker is there)"},
+    {ErrorKind::kAcceptedDeadlineExceeded, "accepted, deadline exceeded", 73,
+     "the job was accepted and started; dispatch cancels it, after attach it "
+     "runs on"},
+    {ErrorKind::kMaybeStarted, "no answer before the deadline", 74,
+     "the worker may have started the job before the deadline: do not "
+     "resend it blindly"},
+    {ErrorKind::kAlreadyExists, "already exists", 67,
+     "attach to it (attach JOB_ID, or dispatch --attach-if-exists) rather "
+     "than run it again"},
+    {ErrorKind::kNotFound, "not found", 66,
+     "it never ran on this worker, or its result expired"},
+    {ErrorKind::kStillBusy, "still busy", 65, "the worker keeps serving"},
+};
+
+constexpr const KindRow& kRpcErrorRow = kKinds[3];
+static_assert(kRpcErrorRow.kind == ErrorKind::kRpcError);
+
+const KindRow& RowOf(ErrorKind kind) {
+  for (const KindRow& row : kKinds) {
+    if (row.kind == kind) return row;
   }
-  return "rpc error";
+  return kRpcErrorRow;  // not reached: every kind has a row
 }
 
-int ExitCodeFor(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kIdleUnavailable:
-      return 69;
-    case ErrorKind::kTransient:
-    case ErrorKind::kHandshakeError:
-      return 75;
-    case ErrorKind::kRpcError:
-      return 76;
-    case ErrorKind::kPermissionDenied:
-      return 77;
-    case ErrorKind::kOutcomeUnknown:
-    case ErrorKind::kMaybeStarted:
-      return 74;
-    case ErrorKind::kAcceptedDeadlineExceeded:
-      return 73;
-    case ErrorKind::kStillBusy:
-      return 65;
-    case ErrorKind::kNotFound:
-      return 66;
-    case ErrorKind::kAlreadyExists:
-      return 67;
-  }
-  return 76;
+}  // namespace
+
+std::string_view ErrorKindName(ErrorKind kind) { return RowOf(kind).name; }
+
+int ExitCodeFor(ErrorKind kind) { return RowOf(kind).exit_code; }
+
+std::string_view ErrorKindMeaning(ErrorKind kind) {
+  return RowOf(kind).meaning;
+}
+
+std::span<const ErrorKind> AllErrorKinds() {
+  static constexpr auto kAll = [] {
+    std::array<ErrorKind, std::size(kKinds)> all{};
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = kKinds[i].kind;
+    return all;
+  }();
+  return kAll;
 }
 
 }  // namespace cfdb::worker

@@ -2,35 +2,54 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "rpc/methods.h"
 
 namespace cfdb::worker {
 namespace {
 
-// The case table both clients are checked against (tests/data).
-TEST(ClassifyErrorTest, EveryCaseOfTheSharedTable) {
+// The table both clients are checked against (tests/data).
+nlohmann::json SharedTable() {
   std::ifstream file(CFDB_ERROR_CASES);
-  ASSERT_TRUE(file) << CFDB_ERROR_CASES;
-  const nlohmann::json table = nlohmann::json::parse(file);
-  const std::map<std::string, Rpc> rpcs = {
-      {"Idle", Rpc::kIdle},         {"Stop", Rpc::kStop},
-      {"Dispatch", Rpc::kDispatch}, {"Health", Rpc::kHealth},
-      {"Attach", Rpc::kAttach},     {"ListJobs", Rpc::kListJobs},
-      {"Cancel", Rpc::kCancel}};
+  EXPECT_TRUE(file) << CFDB_ERROR_CASES;
+  return file ? nlohmann::json::parse(file) : nlohmann::json::object();
+}
+
+// The table's method names ("Health" for both of Health's methods) and the
+// Rpc each classifies as, from the method table (rpc/methods.h).
+std::map<std::string, Rpc> Rpcs() {
+  std::map<std::string, Rpc> rpcs;
+  std::set<Rpc> named;
+  for (const Method* m : method::kAll) {
+    // One name per Rpc, its first method's: Wool's and DispatchStream are
+    // Idle, Stop and Dispatch again.
+    if (!named.insert(m->rpc).second) continue;
+    rpcs.emplace(std::string(m->name.substr(0, m->name.find('/'))), m->rpc);
+  }
+  return rpcs;
+}
+
+absl::StatusCode CodeNamed(const std::string& name) {
+  for (int i = 1; i <= 16; ++i) {
+    const auto code = static_cast<absl::StatusCode>(i);
+    if (absl::StatusCodeToString(code) == name) return code;
+  }
+  return absl::StatusCode::kOk;
+}
+
+TEST(ClassifyErrorTest, EveryCaseOfTheSharedTable) {
+  const nlohmann::json table = SharedTable();
+  const std::map<std::string, Rpc> rpcs = Rpcs();
   ASSERT_FALSE(table["cases"].empty());
   for (const nlohmann::json& c : table["cases"]) {
     const std::string what = c.dump();
-    absl::StatusCode code = absl::StatusCode::kOk;
-    for (int i = 1; i <= 16; ++i) {
-      if (absl::StatusCodeToString(static_cast<absl::StatusCode>(i)) ==
-          c["code"].get<std::string>()) {
-        code = static_cast<absl::StatusCode>(i);
-      }
-    }
+    const absl::StatusCode code = CodeNamed(c["code"]);
     ASSERT_NE(code, absl::StatusCode::kOk) << what;
     ASSERT_TRUE(rpcs.contains(c["rpc"])) << what;
     absl::Status status(code, c["message"].get<std::string>());
@@ -41,63 +60,47 @@ TEST(ClassifyErrorTest, EveryCaseOfTheSharedTable) {
   }
 }
 
+// Before acceptance, by code, for a message that is no evidence: every code
+// of every method has the kind the table's by_code says.
+TEST(ClassifyErrorTest, EveryCodeOfEveryMethodAsTheSharedTableSays) {
+  const nlohmann::json table = SharedTable();
+  ASSERT_EQ(table["by_code"].size(), 16u) << "every code but OK, once";
+  for (const nlohmann::json& row : table["by_code"]) {
+    const absl::StatusCode code = CodeNamed(row["code"]);
+    ASSERT_NE(code, absl::StatusCode::kOk) << row.dump();
+    for (const auto& [name, rpc] : Rpcs()) {
+      const std::string want = row.value("except", nlohmann::json::object())
+                                   .value(name, row["kind"].get<std::string>());
+      EXPECT_EQ(ErrorKindName(ClassifyError(rpc, absl::Status(code, "x"))),
+                want)
+          << row["code"] << " on " << name;
+    }
+  }
+}
+
+// Every kind once in the table's kinds, with its exit code: the Python
+// client's classes are checked against the same rows.
+TEST(ClassifyErrorTest, TheSharedTableHasEveryKindWithItsExitCode) {
+  const nlohmann::json table = SharedTable();
+  std::map<std::string, int> exit_codes;
+  for (const nlohmann::json& row : table["kinds"]) {
+    EXPECT_TRUE(exit_codes.emplace(row["kind"], row["exit_code"]).second)
+        << "twice: " << row.dump();
+  }
+  EXPECT_EQ(exit_codes.size(), AllErrorKinds().size());
+  for (const ErrorKind kind : AllErrorKinds()) {
+    const std::string name(ErrorKindName(kind));
+    ASSERT_TRUE(exit_codes.contains(name)) << name;
+    EXPECT_EQ(exit_codes.at(name), ExitCodeFor(kind)) << name;
+  }
+}
+
 TEST(ClassifyErrorTest, UnimplementedIdleIsIdleUnavailable) {
   EXPECT_EQ(ClassifyError(Rpc::kIdle, absl::UnimplementedError("")),
             ErrorKind::kIdleUnavailable);
   EXPECT_EQ(ClassifyError(Rpc::kStop, absl::UnimplementedError("")),
             ErrorKind::kRpcError)
       << "only a missing Idle is a capability signal";
-}
-
-// Before acceptance, by code, for a message without evidence: every code
-// has its kind.
-TEST(ClassifyErrorTest, EveryCodeBeforeAcceptanceHasItsKind) {
-  using C = absl::StatusCode;
-  for (const Rpc rpc : {Rpc::kIdle, Rpc::kStop, Rpc::kDispatch, Rpc::kHealth,
-                        Rpc::kAttach, Rpc::kListJobs, Rpc::kCancel}) {
-    for (int i = 1; i <= 16; ++i) {
-      const auto code = static_cast<C>(i);
-      const ErrorKind kind = ClassifyError(rpc, absl::Status(code, "x"));
-      ErrorKind want = ErrorKind::kRpcError;
-      switch (code) {
-        case C::kUnimplemented:
-          want = rpc == Rpc::kIdle ? ErrorKind::kIdleUnavailable
-                                   : ErrorKind::kRpcError;
-          break;
-        case C::kUnauthenticated:
-          want = ErrorKind::kHandshakeError;
-          break;
-        case C::kPermissionDenied:
-          want = ErrorKind::kPermissionDenied;
-          break;
-        case C::kAlreadyExists:
-          want = ErrorKind::kAlreadyExists;
-          break;
-        case C::kNotFound:
-          want = rpc == Rpc::kAttach || rpc == Rpc::kCancel
-                     ? ErrorKind::kNotFound
-                     : ErrorKind::kRpcError;
-          break;
-        case C::kFailedPrecondition:
-          want =
-              rpc == Rpc::kStop ? ErrorKind::kStillBusy : ErrorKind::kRpcError;
-          break;
-        case C::kDeadlineExceeded:
-          want = rpc == Rpc::kDispatch ? ErrorKind::kMaybeStarted
-                                       : ErrorKind::kTransient;
-          break;
-        case C::kUnavailable:
-        case C::kResourceExhausted:
-        case C::kCancelled:
-          want = ErrorKind::kTransient;
-          break;
-        default:
-          break;
-      }
-      EXPECT_EQ(kind, want)
-          << absl::StatusCodeToString(code) << " rpc " << static_cast<int>(rpc);
-    }
-  }
 }
 
 // After acceptance every failure of a Dispatch says the job started: never
@@ -122,88 +125,13 @@ TEST(ClassifyErrorTest, EveryCodeAfterAcceptanceSaysTheJobStarted) {
   EXPECT_FALSE(Accepted(MarkAccepted(absl::OkStatus())));
 }
 
-struct Case {
-  Rpc rpc;
-  absl::StatusCode code;
-  const char* message;
-  ErrorKind kind;
-};
-
-// Cause, not code: what each failure seen from a real worker means.
-TEST(ClassifyErrorTest, TheCauseDecidesNotTheCode) {
-  using C = absl::StatusCode;
-  const Case cases[] = {
-      // The worker is stopping or gone: not started, retry elsewhere.
-      {Rpc::kDispatch, C::kUnavailable, "worker is stopping",
-       ErrorKind::kTransient},
-      {Rpc::kDispatch, C::kCancelled, "Cancelled", ErrorKind::kTransient},
-      {Rpc::kIdle, C::kCancelled, "Cancelled", ErrorKind::kTransient},
-      {Rpc::kStop, C::kCancelled, "Cancelled", ErrorKind::kTransient},
-      {Rpc::kHealth, C::kUnavailable, "Cancelling all calls",
-       ErrorKind::kTransient},
-      {Rpc::kIdle, C::kUnavailable, "Socket closed", ErrorKind::kTransient},
-      {Rpc::kDispatch, C::kUnknown, "Stream removed", ErrorKind::kTransient},
-      {Rpc::kDispatch, C::kInternal, "Broken pipe", ErrorKind::kTransient},
-      {Rpc::kDispatch, C::kResourceExhausted,
-       "docket full: max_concurrent_tasks jobs are in flight",
-       ErrorKind::kTransient},
-      // Deterministic, whatever the code.
-      {Rpc::kDispatch, C::kResourceExhausted,
-       "Received message larger than max (70000123 vs. 67108864)",
-       ErrorKind::kRpcError},
-      {Rpc::kDispatch, C::kResourceExhausted,
-       "Sent message larger than max (70000123 vs. 67108864)",
-       ErrorKind::kRpcError},
-      {Rpc::kDispatch, C::kResourceExhausted,
-       "received initial metadata size exceeds limit", ErrorKind::kRpcError},
-      {Rpc::kDispatch, C::kInvalidArgument,
-       "the request is 70000123 bytes, more than the limit of 67108864 bytes",
-       ErrorKind::kRpcError},
-      {Rpc::kDispatch, C::kUnknown, "handler threw", ErrorKind::kRpcError},
-      {Rpc::kDispatch, C::kInternal, "bad state", ErrorKind::kRpcError},
-      {Rpc::kStop, C::kPermissionDenied, "Stop: permission denied for identity",
-       ErrorKind::kPermissionDenied},
-      {Rpc::kDispatch, C::kUnimplemented, "", ErrorKind::kRpcError},
-      {Rpc::kDispatch, C::kUnavailable,
-       "Received message larger than max (5007 vs. 1000)",
-       ErrorKind::kRpcError},
-      {Rpc::kDispatch, C::kDeadlineExceeded, "Deadline Exceeded",
-       ErrorKind::kMaybeStarted},
-      {Rpc::kIdle, C::kDeadlineExceeded, "Deadline Exceeded",
-       ErrorKind::kTransient},
-      {Rpc::kIdle, C::kUnimplemented, "", ErrorKind::kIdleUnavailable},
-  };
-  for (const Case& c : cases) {
-    EXPECT_EQ(ClassifyError(c.rpc, absl::Status(c.code, c.message)), c.kind)
-        << absl::StatusCodeToString(c.code) << ": " << c.message;
+// Retrying may work exactly where the exit code says so (75, EX_TEMPFAIL):
+// never for a job that may have started.
+TEST(ClassifyErrorTest, TransientKindsAreThoseOfExitCode75) {
+  for (const ErrorKind kind : AllErrorKinds()) {
+    EXPECT_EQ(IsTransient(kind), ExitCodeFor(kind) == 75)
+        << ErrorKindName(kind);
   }
-}
-
-TEST(ClassifyErrorTest, UnavailableWithTlsEvidenceIsAHandshakeError) {
-  for (const char* message :
-       {"Ssl handshake failed: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED",
-        "TLS alert", "peer certificate expired",
-        "Custom verification check failed with error: UNAUTHENTICATED: "
-        "Hostname Verification Check failed."}) {
-    const ErrorKind kind =
-        ClassifyError(Rpc::kIdle, absl::UnavailableError(message));
-    EXPECT_EQ(kind, ErrorKind::kHandshakeError) << message;
-    EXPECT_TRUE(IsTransient(kind));
-  }
-  EXPECT_EQ(
-      ClassifyError(Rpc::kIdle, absl::UnavailableError("Connection refused")),
-      ErrorKind::kTransient);
-}
-
-TEST(ClassifyErrorTest, ExitCodesAreDistinct) {
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kIdleUnavailable), 69);
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kTransient), 75);
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kHandshakeError), 75);
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kRpcError), 76);
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kPermissionDenied), 77);
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kOutcomeUnknown), 74);
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kAcceptedDeadlineExceeded), 73);
-  EXPECT_EQ(ExitCodeFor(ErrorKind::kMaybeStarted), 74);
   EXPECT_FALSE(IsTransient(ErrorKind::kMaybeStarted));
 }
 

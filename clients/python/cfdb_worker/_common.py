@@ -16,9 +16,19 @@ import grpc
 from cfdb_worker import errors
 from cfdb_worker._wire import worker_pb2, worker_pb2_grpc
 
+# The worker's and the C++ client's limits and schedules
+# (include/cfdb/worker/limits.h; tests/test_packaging.py compares).
 MAX_MESSAGE_BYTES = 64 << 20  # the worker's receive limit
 # A chunk of streamed stdin: as the C++ client and the CLI send it.
 STDIN_CHUNK_BYTES = 256 << 10
+# Attaching again after a lost stream: a backoff from RETRY_INITIAL_DELAY_*
+# doubling to RETRY_MAX_DELAY_*, for the job's detach grace but at least
+# REATTACH_MIN_WINDOW_*, or REATTACH_UNLIMITED_WINDOW_* for a job without limit
+# (all in seconds).
+RETRY_INITIAL_DELAY_SECONDS = 0.5
+RETRY_MAX_DELAY_SECONDS = 10.0
+REATTACH_MIN_WINDOW_SECONDS = 10.0
+REATTACH_UNLIMITED_WINDOW_SECONDS = 60.0
 # stdin given as bytes up to this size goes whole in the request (Dispatch,
 # which every worker serves); more is streamed (DispatchStream).
 WHOLE_STDIN_BYTES = 1 << 20
@@ -600,10 +610,11 @@ def call_failed(rpc: str, error: BaseException, reader: JobReader,
 def reattach_window(detach_grace: float) -> float:
     """How long after a lost stream dispatch tries to attach again, as the
     CLI: the job's detach grace (it is cancelled after it, its result kept
-    to be read), at least 10 s, a minute for a job without limit."""
+    to be read), at least REATTACH_MIN_WINDOW_SECONDS, and
+    REATTACH_UNLIMITED_WINDOW_SECONDS for a job without limit."""
     if detach_grace < 0:
-        return 60.0
-    return max(detach_grace, 10.0)
+        return REATTACH_UNLIMITED_WINDOW_SECONDS
+    return max(detach_grace, REATTACH_MIN_WINDOW_SECONDS)
 
 
 def worth_attaching(error: errors.WorkerError, rpc: str) -> bool:
@@ -620,7 +631,8 @@ def worth_attaching(error: errors.WorkerError, rpc: str) -> bool:
 class Reattach:
     """When dispatch attaches again to its job after a failed call, as the
     CLI's dispatch: after a lost stream (worth_attaching), with a backoff
-    (0.5 s doubling up to 10 s), for the reattach_window from the first
+    (RETRY_INITIAL_DELAY_SECONDS doubling up to RETRY_MAX_DELAY_SECONDS),
+    for the reattach_window from the first
     loss, and never past the call's own `timeout` (seconds, from now)."""
 
     def __init__(self, detach_grace: float, timeout: Optional[float],
@@ -629,7 +641,7 @@ class Reattach:
                           else time.monotonic() + timeout)
         self._window = reattach_window(detach_grace)
         self._give_up: Optional[float] = None
-        self._delay = 0.5
+        self._delay = RETRY_INITIAL_DELAY_SECONDS
         self._enabled = enabled
         self.rpc = "dispatch"  # the call that failed last
 
@@ -643,7 +655,8 @@ class Reattach:
             self._give_up = now + self._window
             if self._deadline is not None:
                 self._give_up = min(self._give_up, self._deadline)
-        delay, self._delay = self._delay, min(self._delay * 2, 10.0)
+        delay, self._delay = self._delay, min(self._delay * 2,
+                                          RETRY_MAX_DELAY_SECONDS)
         if now + delay >= self._give_up:
             return None
         self.rpc = "attach"

@@ -67,7 +67,25 @@ class CaseTableTest(unittest.TestCase):
                 self.assertEqual(error.exit_code, case["exit_code"])
                 self.assertEqual(error.code.name, case["code"])
 
+    def test_every_code_of_every_method_as_the_table_says(self):
+        with open(CASES) as f:
+            by_code = json.load(f)["by_code"]
+        self.assertEqual(len(by_code), 16)
+        for row in by_code:
+            for rpc, name in RPCS.items():
+                want = row.get("except", {}).get(rpc, row["kind"])
+                with self.subTest(code=row["code"], rpc=rpc):
+                    error = errors.classify(
+                        name, Failed(grpc.StatusCode[row["code"]], "x"),
+                        False)
+                    self.assertEqual(error.kind, want)
+
     def test_the_table_and_the_classes_have_the_same_kinds(self):
+        with open(CASES) as f:
+            kinds = json.load(f)["kinds"]
+        self.assertEqual({k: cls.exit_code for k, cls in
+                          error_kinds().items()},
+                         {row["kind"]: row["exit_code"] for row in kinds})
         self.assertEqual(set(error_kinds()),
                          {case["kind"] for case in self.cases})
         exported = {getattr(cfdb_worker, name) for name in cfdb_worker.__all__}

@@ -13,6 +13,7 @@
 //   }
 #pragma once
 
+#include <span>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -98,6 +99,10 @@ bool Accepted(const absl::Status& status);
 // where the call did not start anything and may be retried.
 bool IsTransient(ErrorKind kind);
 
+// Each kind's name, exit code and meaning come from one table (errors.cc);
+// tests/data/error_cases.json repeats it for the Python client, and tests on
+// both sides compare. Thread-safe: constant data.
+//
 // ErrorKindName returns "idle unavailable", "transient error", "handshake
 // error", "rpc error", "permission denied", "accepted, outcome unknown",
 // "accepted, deadline exceeded", "no answer before the deadline", "already
@@ -112,5 +117,13 @@ std::string_view ErrorKindName(ErrorKind kind);
 // deadline (the job may have started); 77 permission denied (EX_NOPERM);
 // 65 still busy, 66 not found, 67 already exists (codes of our own).
 int ExitCodeFor(ErrorKind kind);
+
+// ErrorKindMeaning returns what `kind` promises about the job, or what to do,
+// where that is not plain from its name ("the worker keeps serving"), or ""
+// where it is.
+std::string_view ErrorKindMeaning(ErrorKind kind);
+
+// AllErrorKinds returns every kind, once each, in the enum's order.
+std::span<const ErrorKind> AllErrorKinds();
 
 }  // namespace cfdb::worker

@@ -1,15 +1,19 @@
 // Sizes the worker, its clients, tests and benchmarks agree on, each named
 // once here: the wire's message limit, the chunks stdin and output travel
-// in, and a job's outbox. Constants only; no dependencies.
+// in, and a job's outbox; and the clients' retry and reattach schedule.
+// Constants only; no dependencies but the standard library.
 //
 // Example:
 //   grpc::ChannelArguments args;
 //   args.SetMaxReceiveMessageSize(cfdb::worker::kMaxMessageBytes);
 //
-// The Python client repeats kMaxMessageBytes
-// (clients/python/cfdb_worker/connection.py).
+// The Python client repeats what a client needs (MAX_MESSAGE_BYTES,
+// STDIN_CHUNK_BYTES, RETRY_*, REATTACH_* in
+// clients/python/cfdb_worker/_common.py); its test_packaging.py reads this
+// file and compares.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 
 namespace cfdb::worker {
@@ -40,5 +44,18 @@ inline constexpr int kOutputPipeBytes = 1 << 20;
 // kOutboxBytes is how much of a job's output waits for an attached reader
 // before the job's pipes are left unread (flow control), 256 KiB.
 inline constexpr std::size_t kOutboxBytes = std::size_t{256} << 10;
+
+// A client's retries of a transient failure, and its attaches after a lost
+// stream, wait kRetryInitialDelay, doubling up to kRetryMaxDelay: short, as
+// someone is waiting.
+inline constexpr std::chrono::milliseconds kRetryInitialDelay{500};
+inline constexpr std::chrono::seconds kRetryMaxDelay{10};
+
+// After a lost stream, a client attaches again for the job's detach grace
+// (the worker cancels the job after it and keeps its result), but at least
+// kReattachMinWindow, and for kReattachUnlimitedWindow when the job's grace
+// has no limit.
+inline constexpr std::chrono::seconds kReattachMinWindow{10};
+inline constexpr std::chrono::seconds kReattachUnlimitedWindow{60};
 
 }  // namespace cfdb::worker
