@@ -15,8 +15,10 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/config.h"
 #include "daemon/retirement.h"
 #include "gmock/gmock.h"
@@ -437,10 +439,10 @@ const std::map<std::string, std::string, std::less<>>& DeployChoices() {
 // template lets through (pattern, Min/Max, AllowedValues) the worker must
 // accept, or the task would fail at start.
 constexpr const char* kProbes[] = {
-    "-1",      "-0.5", "0",    "0.5",   "1",     "2",     "19",
-    "20",      "50",   "51",   "60",    "61",    "1024",  "1025",
-    "2880",    "2881", "3600", "3601",  "65535", "65536", "1000000",
-    "1000001", "abc",  "true", "false", "json",  "text"};
+    "-1",    "-0.5", "0",     "0.5",   "1",       "2",       "19",   "20",
+    "50",    "51",   "60",    "61",    "1024",    "1025",    "2880", "2881",
+    "3600",  "3601", "65535", "65536", "1000000", "1000001", "abc",  "true",
+    "false", "json", "text",  "1.5",   "60.5"};
 
 // The template's variables, parameters and defaults against the code's knob
 // table (src/daemon/config.cc), every one of them.
@@ -552,6 +554,50 @@ TEST_F(CloudFormationTest, EveryValueAKnobParameterAllowsTheWorkerAccepts) {
   }
 }
 
+// WholeNumberRange is the range a whole-number String parameter states in
+// its ConstraintDescription ("a whole number, 1..1024", "whole minutes,
+// 1..2880"), if it does.
+std::optional<std::pair<int64_t, int64_t>> WholeNumberRange(
+    const YAML::Node& parameter) {
+  static const std::regex kRange(
+      R"(^(?:a whole number|whole \w+), ([0-9]+)\.\.([0-9]+)$)");
+  std::smatch m;
+  const std::string text =
+      parameter["ConstraintDescription"].as<std::string>("");
+  if (!std::regex_match(text, m, kRange)) return std::nullopt;
+  return std::make_pair(std::stoll(m[1]), std::stoll(m[2]));
+}
+
+// A parameter feeding a whole-number knob takes every whole number of the
+// range it states, which lies within the knob's, and nothing else: a
+// CloudFormation Number takes fractions (and has no pattern), so these are
+// Strings with an AllowedPattern.
+TEST_F(CloudFormationTest, WholeNumberParametersTakeExactlyTheirRange) {
+  int checked = 0;
+  for (const auto& [knob, name, parameter] : KnobParameters()) {
+    if (knob->type != KnobType::kInteger) continue;
+    ++checked;
+    EXPECT_EQ(parameter["Type"].Scalar(), "String") << name;
+    ASSERT_TRUE(parameter["AllowedPattern"]) << name;
+    const auto range = WholeNumberRange(parameter);
+    ASSERT_TRUE(range) << name << ": ConstraintDescription states no range";
+    const auto [lo, hi] = *range;
+    EXPECT_GE(lo, knob->range.min) << name << " allows what the worker refuses";
+    EXPECT_LE(hi, knob->range.max) << name << " allows what the worker refuses";
+    ASSERT_LE(hi - lo, 1'000'000) << name << ": a range to walk";
+    const std::regex pattern(parameter["AllowedPattern"].Scalar());
+    for (int64_t v = lo - 2; v <= hi + 2; ++v) {
+      EXPECT_EQ(std::regex_match(std::to_string(v), pattern),
+                v >= lo && v <= hi)
+          << name << " and " << v;
+    }
+    for (const char* other : {"1.5", "01", "+1", "1e3", " 1", ""}) {
+      EXPECT_FALSE(std::regex_match(other, pattern)) << name << ": " << other;
+    }
+  }
+  EXPECT_GE(checked, 3);
+}
+
 // DeployRow is one row of docs/DEPLOY.md's parameter table.
 struct DeployRow {
   std::vector<std::string> parameters;  // one, or several sharing the row
@@ -635,6 +681,10 @@ TEST_F(CloudFormationTest, DeployTableListsEveryParameterAsTheTemplateHasIt) {
         EXPECT_THAT(row.meaning,
                     HasSubstr(parameter["MinValue"].Scalar() + ".." +
                               parameter["MaxValue"].Scalar()))
+            << name;
+      } else if (const auto range = WholeNumberRange(parameter)) {
+        EXPECT_THAT(row.meaning,
+                    HasSubstr(absl::StrCat(range->first, "..", range->second)))
             << name;
       } else if (variables.size() == 1) {
         const Knob* knob = KnobOf(*variables.begin());
