@@ -1,20 +1,16 @@
 #include "cfdb/worker/connection.h"
 
 #include <grpc/support/time.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <memory>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
-#include "core/errno_text.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "rpc/stdin_pump.h"
 #include "rpc/unix_socket.h"
 #include "rpc/wire.h"
 
@@ -290,106 +286,6 @@ absl::StatusOr<JobOutcome> Conclude(const EventsRead& read,
   // that no caller mistakes the failure for "not started" (errors.h).
   return read.accepted ? MarkAccepted(std::move(failure)) : failure;
 }
-
-// StdinPump streams a descriptor into a DispatchStream call from a thread of
-// its own, a chunk of what the descriptor has at once (up to
-// kStdinChunkBytes), until the end of input (then half-closes),
-// a read error (then cancels the call), the call's end or Stop. gRPC's flow
-// control holds a Write until the worker has room, so the descriptor is read
-// only as fast as the job takes its input.
-class StdinPump {
- public:
-  using Stream = grpc::ClientReaderWriter<v1::DispatchInput, v1::DispatchEvent>;
-
-  StdinPump(int fd, Stream& stream, grpc::ClientContext& context)
-      : fd_(fd),
-        stream_(stream),
-        context_(context),
-        wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
-  ~StdinPump() {
-    Stop();
-    Join();
-    if (wake_ >= 0) close(wake_);
-  }
-  StdinPump(const StdinPump&) = delete;
-  StdinPump& operator=(const StdinPump&) = delete;
-
-  void Start() {
-    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
-  }
-  // Stop makes the pump stop reading; returns at once.
-  void Stop() {
-    const uint64_t one = 1;
-    if (wake_ >= 0) (void)!write(wake_, &one, sizeof one);
-  }
-  void Join() {
-    if (thread_.joinable()) thread_.join();
-  }
-  // error is the read error that ended the input, if any; after Join.
-  const absl::Status& error() const { return error_; }
-
- private:
-  void Run() {
-    v1::DispatchInput message;
-    std::unique_ptr<char[]> buffer(new char[kStdinChunkBytes]);
-    for (;;) {
-      pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
-      if (poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return Fail(absl::StrCat("poll: ", ErrnoText(errno)));
-      }
-      if (fds[1].revents != 0) return;
-      bool end = false;
-      const size_t got = Fill(buffer.get(), end);
-      if (!error_.ok()) return;
-      if (got > 0) {
-        message.set_stdin(buffer.get(), got);
-        if (!stream_.Write(message)) return;  // the call is over
-      }
-      if (end) {
-        message.mutable_end_of_input();
-        if (stream_.Write(message)) stream_.WritesDone();
-        return;
-      }
-    }
-  }
-
-  // Fill reads what the descriptor has at once, up to a chunk: a fast
-  // producer's input goes in few large messages, a trickle's at once.
-  // Sets `end` at the end of input; a read error fails the pump.
-  size_t Fill(char* buffer, bool& end) {
-    size_t got = 0;
-    while (got < kStdinChunkBytes) {
-      const ssize_t n = read(fd_, buffer + got, kStdinChunkBytes - got);
-      if (n > 0) {
-        got += static_cast<size_t>(n);
-        pollfd more{fd_, POLLIN, 0};
-        if (poll(&more, 1, 0) != 1) break;
-      } else if (n == 0) {
-        end = true;
-        break;
-      } else if (errno != EINTR) {
-        if (errno != EAGAIN) {
-          Fail(absl::StrCat("reading stdin: ", ErrnoText(errno)));
-        }
-        break;
-      }
-    }
-    return got;
-  }
-
-  void Fail(const std::string& message) {
-    error_ = absl::InternalError(message);
-    context_.TryCancel();
-  }
-
-  const int fd_;
-  Stream& stream_;
-  grpc::ClientContext& context_;
-  const int wake_;  // an eventfd: readable once stopped
-  absl::Status error_;
-  std::thread thread_;
-};
 
 }  // namespace
 

@@ -1,22 +1,19 @@
 // The calls that carry a job's events: Dispatch, DispatchStream and Attach.
 // Each call has an EventPump (event_pump.h) that writes the job's events; a
-// DispatchStream job also reads its stdin from its call (StreamJob).
+// DispatchStream job also reads its stdin from its call (StreamJob), into
+// StdinSlots (core/stdin_slots.h).
 // Nothing here blocks inside a reaction.
 #include "rpc/dispatch_call.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "cfdb/worker/v1/worker.grpc.pb.h"
 #include "core/log.h"
 #include "core/log_throttle.h"
+#include "core/stdin_slots.h"
 #include "core/text.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -48,9 +45,8 @@ grpc::ByteBuffer Serialized(const v1::DispatchEvent& event) {
 
 // StreamJob is a job of a Dispatch or DispatchStream call. For
 // DispatchStream its stdin comes from that call, read with flow control:
-// at most one read in flight and two chunks waiting (the next read starts
-// as soon as a chunk arrives, not once the job took it, so the job need not
-// wait a round trip for each chunk).
+// at most one read in flight, and what arrived waits in its StdinSlots
+// (core/stdin_slots.h), which say when to read again.
 class StreamJob final : public Job {
  public:
   StreamJob(JobRequest request, const WorkerOptions& options,
@@ -59,16 +55,9 @@ class StreamJob final : public Job {
             options.output_buffer_bytes),
         call_(std::move(call)),
         stdin_streamed_(stdin_streamed),
-        stdin_fd_(stdin_streamed ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
-                                 : -1) {}
-  ~StreamJob() override {
-    if (stdin_fd_ >= 0) close(stdin_fd_);
-  }
+        stdin_(stdin_streamed) {}
 
-  void OnOutcome(const JobOutcome&) override {
-    absl::MutexLock lock(&mu_);
-    if (const int fd = stdin_fd_.exchange(-1); fd >= 0) close(fd);
-  }
+  void OnOutcome(const JobOutcome&) override { stdin_.Release(); }
 
   void OnAccepted() override {
     v1::DispatchEvent accepted;
@@ -77,8 +66,12 @@ class StreamJob final : public Job {
   }
 
   bool stdin_streamed() const override { return stdin_streamed_; }
-  int stdin_fd() const override { return stdin_fd_.load(); }
-  StdinResult TakeStdin(std::string& chunk) override;
+  int stdin_fd() const override { return stdin_.fd(); }
+  StdinResult TakeStdin(std::string& chunk) override {
+    const StdinResult result = stdin_.Take(chunk);
+    if (result == StdinResult::kChunk) ReadNext();
+    return result;
+  }
   void CloseStdin() override;
 
   // StartInput reads the first stdin chunk (DispatchStream, once accepted).
@@ -88,15 +81,12 @@ class StreamJob final : public Job {
   void InputRead(bool ok);
 
  private:
-  // ReadNext starts the next input read unless one is in flight or no more
-  // is wanted; call without mu_.
+  // ReadNext starts the next input read if the slots want one.
   void ReadNext();
   enum class Input { kChunk, kEnd, kBad, kTooLarge };
   // ParseInput reads the message of the last read: a stdin chunk (into
   // incoming_), the end of input, or neither.
   Input ParseInput();
-  // SetStdinReady makes stdin_fd readable (true) or not (false).
-  void SetStdinReady(bool ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CutShort ends the call with `violation` and cancels the job: its input
   // did not end as it must.
   void CutShort(const absl::Status& violation);
@@ -104,45 +94,15 @@ class StreamJob final : public Job {
   // The call that dispatched the job: where its stdin comes from.
   const std::shared_ptr<EventPump> call_;
   const bool stdin_streamed_;
-  // An eventfd, readable while not kNotYet; closed (-1) once the job
-  // ended, so a retained result holds no descriptor. Used under mu_.
-  std::atomic<int> stdin_fd_;
+  StdinSlots stdin_;
   grpc::ByteBuffer reading_;  // the message of the read in flight
   std::string incoming_;      // the chunk it carried, before its slot
-  absl::Mutex mu_;
-  // Chunks waiting for the job, in order: the first `waiting_` slots.
-  std::string slots_[2] ABSL_GUARDED_BY(mu_);
-  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
-  bool in_read_ ABSL_GUARDED_BY(mu_) = false;
-  bool input_ended_ ABSL_GUARDED_BY(mu_) = !stdin_streamed_;  // no more
-  bool stdin_closed_ ABSL_GUARDED_BY(mu_) = false;  // the job took its last
-  bool cut_short_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-void StreamJob::SetStdinReady(bool ready) {
-  if (stdin_fd_ < 0) return;
-  uint64_t value = 1;
-  if (ready) {
-    (void)!write(stdin_fd_, &value, sizeof value);
-  } else {
-    (void)!read(stdin_fd_, &value, sizeof value);
-  }
-}
-
 void StreamJob::ReadNext() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (in_read_ || waiting_ == 2 || input_ended_ || cut_short_) return;
-    in_read_ = true;
-  }
-  if (!call_->StartRead(&reading_)) {
-    // The call is over: its input was cut short.
-    {
-      absl::MutexLock lock(&mu_);
-      in_read_ = false;
-    }
-    InputRead(false);
-  }
+  if (!stdin_.BeginRead()) return;
+  // The call is over: its input was cut short.
+  if (!call_->StartRead(&reading_)) InputRead(false);
 }
 
 StreamJob::Input StreamJob::ParseInput() {
@@ -183,77 +143,41 @@ StreamJob::Input StreamJob::ParseInput() {
 }
 
 void StreamJob::CutShort(const absl::Status& violation) {
-  {
-    absl::MutexLock lock(&mu_);
-    cut_short_ = true;
-  }
+  stdin_.MarkCutShort();
   call_->Fail(violation);
   Cancel();
 }
 
 void StreamJob::InputRead(bool ok) {
+  using Arrived = StdinSlots::Arrived;
   const Input input = ok ? ParseInput() : Input::kBad;
-  {
-    absl::MutexLock lock(&mu_);
-    in_read_ = false;
-    const bool unwanted = stdin_closed_ || outcome().has_value();
-    if (!ok && unwanted) return;
-    if (input == Input::kChunk && unwanted) {
-      // The job takes no more input: discard what comes, until the end.
-    } else if (input == Input::kChunk) {
-      // Into the first free slot (the consumed buffer there becomes the
-      // next to read into); with both filled no read is started until the
-      // job takes one. stdin_fd is readable already unless none waited.
-      slots_[waiting_++].swap(incoming_);
-      if (waiting_ == 1 && !input_ended_) SetStdinReady(true);
-    } else if (input == Input::kEnd) {
-      if (unwanted) return;  // after input_closed: nothing more to read
-      if (waiting_ == 0) SetStdinReady(true);  // else readable already
-      input_ended_ = true;
+  const Arrived arrived = !ok                      ? Arrived::kClosed
+                          : input == Input::kChunk ? Arrived::kChunk
+                          : input == Input::kEnd   ? Arrived::kEnd
+                                                   : Arrived::kInvalid;
+  switch (stdin_.Put(arrived, incoming_, outcome().has_value())) {
+    case StdinSlots::Next::kRead:
+      return ReadNext();
+    case StdinSlots::Next::kStop:
       return;
-    }
+    case StdinSlots::Next::kCutShort:
+      break;
   }
-  if (!ok || input == Input::kBad || input == Input::kTooLarge) {
-    // A read fails when the client half-closes and when the call is
-    // cancelled, and gRPC may not yet know which: either way the input was
-    // cut short (no end_of_input), so the job must not see its end.
-    CutShort(absl::InvalidArgumentError(
-        !ok ? "the input ended without end_of_input: cut short, so the job "
-              "was cancelled"
-        : input == Input::kTooLarge
-            ? absl::StrCat("a stdin chunk is over the limit of ",
-                           kMaxStdinChunkBytes, " bytes")
-            : "a DispatchStream message after the first must be stdin or "
-              "end_of_input"));
-    return;
-  }
-  ReadNext();
-}
-
-Job::StdinResult StreamJob::TakeStdin(std::string& chunk) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (waiting_ == 0) {
-      return input_ended_ ? StdinResult::kEnd : StdinResult::kNotYet;
-    }
-    chunk.swap(slots_[0]);
-    slots_[0].swap(slots_[1]);
-    if (--waiting_ == 0 && !input_ended_) SetStdinReady(false);
-  }
-  ReadNext();
-  return StdinResult::kChunk;
+  // A read fails when the client half-closes and when the call is
+  // cancelled, and gRPC may not yet know which: either way the input was
+  // cut short (no end_of_input), so the job must not see its end.
+  CutShort(absl::InvalidArgumentError(
+      !ok ? "the input ended without end_of_input: cut short, so the job "
+            "was cancelled"
+      : input == Input::kTooLarge
+          ? absl::StrCat("a stdin chunk is over the limit of ",
+                         kMaxStdinChunkBytes, " bytes")
+          : "a DispatchStream message after the first must be stdin or "
+            "end_of_input"));
 }
 
 void StreamJob::CloseStdin() {
-  bool tell = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!stdin_streamed_ || stdin_closed_) return;
-    stdin_closed_ = true;
-    waiting_ = 0;
-    tell = !input_ended_;
-  }
-  if (!tell) return;
+  if (!stdin_.Close()) return;
   v1::DispatchEvent closed;
   closed.mutable_input_closed();
   call_->Send(Serialized(closed));
