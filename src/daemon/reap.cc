@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/client_calls.h"
+#include "daemon/lock_order.h"
 #include "nlohmann/json.hpp"
 
 namespace cfdb::worker::cli {
@@ -152,11 +153,7 @@ std::string FormatResult(const ReapResult& r, bool json) {
 }
 
 int RunReap(const ReapOptions& options) {
-  // Debian's abseil is built without NDEBUG, so absl::Mutex (under every
-  // gRPC lock) tracks lock order for deadlock reports: a tenth of reap's
-  // CPU over thousands of connections, for a report this process does not
-  // need.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  IgnoreLockOrderCycles();
   int code = kExitOk;
   const auto step = [&](const std::string& address) {
     return ReapOne(options, address);

@@ -26,6 +26,7 @@
 #include "daemon/commands.h"
 #include "daemon/config.h"
 #include "daemon/identity.h"
+#include "daemon/lock_order.h"
 #include "daemon/logging.h"
 #include "daemon/memory_trim.h"
 #include "daemon/metrics.h"
@@ -219,6 +220,7 @@ absl::Status PrepareProcess(const ServeConfig& config, Process& process) {
   // A write to a job's closed stdin must not kill the worker.
   std::signal(SIGPIPE, SIG_IGN);
   SetHeapPolicy();
+  IgnoreLockOrderCycles();
   process.nofile = RaiseDescriptorLimit();
   // It kills the jobs' process groups if this process dies.
   absl::StatusOr<std::unique_ptr<JobGuard>> guard = JobGuard::Start();

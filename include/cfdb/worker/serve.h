@@ -5,8 +5,9 @@
 // - logging set up (spdlog's default logger on stderr, text or JSON, with
 //   gRPC's own lines routed into it: --log-level, --log-format);
 // - the process made ready while it has one thread: SIGPIPE ignored,
-//   glibc's heap thresholds fixed (one arena, trimmed every 2 s), the
-//   descriptor limit raised, the job guard forked (it kills the jobs'
+//   glibc's heap thresholds fixed (one arena, trimmed every 2 s), abseil's
+//   lock-order tracking off (but in an ASan build), the descriptor limit
+//   raised, the job guard forked (it kills the jobs'
 //   process groups if the process dies), the jobs' containment started,
 //   privileges dropped (--worker-user, --job-user), SIGTERM and SIGINT
 //   blocked;
@@ -76,7 +77,9 @@ struct ServeOptions {
 // It replaces spdlog's default logger, sets SIGPIPE to be ignored and
 // fixes glibc's heap thresholds (mallopt: one arena, M_MMAP_THRESHOLD and
 // M_TRIM_THRESHOLD; an arena made by a thread started before Serve stays),
-// and leaves them so. It returns with an alarm armed
+// turns off abseil's deadlock detection (absl::SetMutexDeadlockDetectionMode:
+// a lock-order cycle aborts a process with Debian's abseil), and leaves them
+// so. It returns with an alarm armed
 // (alarm(2), SIGALRM): gRPC's shutdown has been seen to stall, so the process
 // ends (exit 1, saying so) if it has not exited 15 s after the drain ended; a
 // program that goes on after Serve cancels it with alarm(0).
