@@ -115,7 +115,6 @@ class RunningProgram {
                  std::string cgroup, Containment* containment, Fd in, Fd out,
                  Fd err)
       : ctx_(ctx),
-        spec_(spec),
         pid_(pid),
         cgroup_(std::move(cgroup)),
         containment_(containment),
@@ -350,7 +349,6 @@ class RunningProgram {
   }
 
   JobContext& ctx_;
-  const ExecSpec& spec_;
   const pid_t pid_;
   const std::string cgroup_;        // "": none
   Containment* const containment_;  // may be null

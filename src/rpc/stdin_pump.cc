@@ -12,8 +12,6 @@
 
 namespace cfdb::worker {
 
-namespace v1 = ::cfdb::worker::v1;
-
 StdinPump::StdinPump(int fd, Stream& stream, grpc::ClientContext& context)
     : fd_(fd),
       stream_(stream),
