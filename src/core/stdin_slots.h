@@ -31,6 +31,9 @@ class StdinSlots {
   StdinSlots(const StdinSlots&) = delete;
   StdinSlots& operator=(const StdinSlots&) = delete;
 
+  // streamed is the constructor's `streamed`.
+  bool streamed() const { return streamed_; }
+
   // fd is an eventfd, readable while Take would not return kNotYet; -1
   // without streamed stdin, and once Release closed it.
   int fd() const { return fd_.load(); }

@@ -54,7 +54,6 @@ class StreamJob final : public Job {
       : Job(std::move(request), options.task_kill_grace,
             options.output_buffer_bytes),
         call_(std::move(call)),
-        stdin_streamed_(stdin_streamed),
         stdin_(stdin_streamed) {}
 
   void OnOutcome(const JobOutcome&) override { stdin_.Release(); }
@@ -65,7 +64,7 @@ class StreamJob final : public Job {
     call_->Send(Serialized(accepted));
   }
 
-  bool stdin_streamed() const override { return stdin_streamed_; }
+  bool stdin_streamed() const override { return stdin_.streamed(); }
   int stdin_fd() const override { return stdin_.fd(); }
   StdinResult TakeStdin(std::string& chunk) override {
     const StdinResult result = stdin_.Take(chunk);
@@ -93,7 +92,6 @@ class StreamJob final : public Job {
 
   // The call that dispatched the job: where its stdin comes from.
   const std::shared_ptr<EventPump> call_;
-  const bool stdin_streamed_;
   StdinSlots stdin_;
   grpc::ByteBuffer reading_;  // the message of the read in flight
   std::string incoming_;      // the chunk it carried, before its slot
