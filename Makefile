@@ -11,6 +11,11 @@ TESTS := $(if $(findstring CFDB_BUILD_TESTS=OFF,$(CMAKE_FLAGS)),OFF,ON)
 
 .PHONY: all deps configure build run test bench clean
 
+# A ccache launcher (CMAKE_FLAGS=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache) caches
+# the files that use the precompiled headers (cmake/pch.cmake) only with
+# these.
+export CCACHE_SLOPPINESS ?= pch_defines,time_macros
+
 include cmake/checks.mk
 include cmake/image.mk
 

@@ -68,10 +68,10 @@ soak: configure
 # Habits that keep the shape (docs/DESIGN.md), run by CI:
 # format-check (clang-format, Google style, on every C++ file git tracks),
 # tidy (clang-tidy over src/, .clang-tidy, on the main build's compile
-# commands) and check-layers (no include cycle; includes point down the
-# layers, in src/, include/ and tests/; core and exec include no gRPC). Locking annotations are checked by
-# every clang build (-Wthread-safety -Werror=thread-safety): CI's is the fuzz
-# build.
+# commands without its precompiled headers; it checks the locking
+# annotations too, as every clang build does) and check-layers (no include
+# cycle; includes point down the layers, in src/, include/ and tests/; core
+# and exec include no gRPC).
 .PHONY: format format-check tidy check-layers
 CXX_FILES = $(shell git ls-files '*.cc' '*.h')
 
@@ -82,8 +82,10 @@ format-check:
 	@clang-format --dry-run -Werror $(CXX_FILES) && echo "format-check: $(words $(CXX_FILES)) files in Google style"
 
 tidy: configure
-	run-clang-tidy -p $(BUILD) -j $(JOBS) -quiet \
-	  -extra-arg=-Wno-unknown-warning-option '$(CURDIR)/src/'
+	python3 scripts/tidy-commands.py $(BUILD)
+	run-clang-tidy -p $(BUILD)/tidy -j $(JOBS) -quiet \
+	  -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wthread-safety \
+	  '$(CURDIR)/src/'
 
 check-layers:
 	python3 scripts/check-layers.py
