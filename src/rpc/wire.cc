@@ -312,6 +312,9 @@ void SetChannelArguments(const Credentials& credentials,
                          grpc::ChannelArguments& args) {
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // A fixed receive window: what a lagging reader makes the client hold.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kClientReceiveWindowBytes);
   // Verify the worker by its fixed identity, not the address it has today.
   if (credentials.kind == Credentials::Kind::kMutualTls &&
       !credentials.identity.empty()) {

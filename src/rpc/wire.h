@@ -64,8 +64,9 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
     const Credentials& credentials);
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
     const Credentials& credentials);
-// SetChannelArguments sets message limits and, for mutual TLS with an
-// identity, the name the worker's certificate is verified against.
+// SetChannelArguments sets message limits, a fixed receive window
+// (kClientReceiveWindowBytes) and, for mutual TLS with an identity, the name
+// the worker's certificate is verified against.
 void SetChannelArguments(const Credentials& credentials,
                          grpc::ChannelArguments& args);
 

@@ -186,7 +186,7 @@ TEST_P(ClockStepTest, SigtermDuringPollFailuresEndsItAtOnce) {
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   ASSERT_TRUE(daemon.WaitForLog("idle poll failed (1 of"));
   step.Take();
-  ASSERT_TRUE(daemon.WaitForLog("idle poll failed (2 of"));
+  ASSERT_TRUE(daemon.WaitForLog("idle poll failed (2 of")) << daemon.log();
   const std::string log = daemon.log();
   EXPECT_NEAR(WallSeconds(log, "idle poll failed (2 of") -
                   WallSeconds(log, "idle poll failed (1 of"),
@@ -199,6 +199,35 @@ TEST_P(ClockStepTest, SigtermDuringPollFailuresEndsItAtOnce) {
   // check included) is slower (0.16 s seen under ASan on a loaded machine).
   EXPECT_LT(Since(signalled), 0.1 * test_support::kSanitizerSlowdown)
       << daemon.log();
+}
+
+// (e): a timed wait of abseil's (gRPC's timers and queues wait the same
+// way) that starts at once after the step lasts its 100 ms. Without the
+// interposer the kernel measures abseil's wall-clock deadline on the real
+// clock: after the step forward the wait lasts the hour, after the step back
+// it ends at once (both seen with step_waiter built without it).
+TEST_P(ClockStepTest, AnAbseilWaitRightAfterTheStepKeepsItsTime) {
+  Step step(GetParam());
+  test_support::CollectingJob waiter(test_support::ExecRequest([&] {
+    std::vector<std::string> argv = step.Wrapper();
+    argv.push_back(CFDB_STEP_WAITER);
+    return argv;
+  }()));
+  std::thread run([&] { (void)RunExec(waiter); });
+  ASSERT_TRUE(waiter.WaitForOutput("ready")) << waiter.err();
+  step.Take();
+  const bool done = waiter.WaitForOutput("waited_ms");
+  if (!done) waiter.Cancel();
+  run.join();
+  ASSERT_TRUE(done) << "no answer within 30 s: " << waiter.out()
+                    << waiter.err();
+  std::smatch m;
+  const std::string out = waiter.out();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(waited_ms (\d+))")))
+      << out;
+  const int waited_ms = std::stoi(m[1]);
+  EXPECT_GE(waited_ms, 90) << "a 100 ms wait, in ms";
+  EXPECT_LT(waited_ms, 1000) << "a 100 ms wait, in ms";
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, ClockStepTest, ::testing::Values("+1h", "-1h"),

@@ -45,6 +45,14 @@ inline constexpr int kOutputPipeBytes = 1 << 20;
 // before the job's pipes are left unread (flow control), 256 KiB.
 inline constexpr std::size_t kOutboxBytes = std::size_t{256} << 10;
 
+// kClientReceiveWindowBytes is each call's HTTP/2 receive window in our
+// clients, 4 MiB (four output chunks), fixed: gRPC's bandwidth-delay
+// probing, on by default, grew it while a client's reader lagged, and a
+// `dispatch` whose stdout was drained slower than a job wrote held up to
+// +98 MiB more than an idle one (docs/PERFORMANCE.md). 4 MiB a round trip
+// is 4 GB/s at 1 ms, a network within one region.
+inline constexpr int kClientReceiveWindowBytes = 4 << 20;
+
 // A client's retries of a transient failure, and its attaches after a lost
 // stream, wait kRetryInitialDelay, doubling up to kRetryMaxDelay: short, as
 // someone is waiting.
