@@ -214,7 +214,12 @@ TEST_P(ClockStepTest, AnAbseilWaitRightAfterTheStepKeepsItsTime) {
     return argv;
   }()));
   std::thread run([&] { (void)RunExec(waiter); });
-  ASSERT_TRUE(waiter.WaitForOutput("ready")) << waiter.err();
+  const bool ready = waiter.WaitForOutput("ready");
+  if (!ready) {
+    waiter.Cancel();
+    run.join();
+  }
+  ASSERT_TRUE(ready) << waiter.out() << waiter.err();
   step.Take();
   const bool done = waiter.WaitForOutput("waited_ms");
   if (!done) waiter.Cancel();

@@ -49,8 +49,8 @@ inline constexpr std::size_t kOutboxBytes = std::size_t{256} << 10;
 // clients, 4 MiB (four output chunks), fixed: gRPC's bandwidth-delay
 // probing, on by default, grew it while a client's reader lagged, and a
 // `dispatch` whose stdout was drained slower than a job wrote held up to
-// +98 MiB more than an idle one (docs/PERFORMANCE.md). 4 MiB a round trip
-// is 4 GB/s at 1 ms, a network within one region.
+// +128 MiB more than an idle one (8 GiB streamed; docs/PERFORMANCE.md).
+// 4 MiB a round trip is 4 GB/s at 1 ms, a network within one region.
 inline constexpr int kClientReceiveWindowBytes = 4 << 20;
 
 // A client's retries of a transient failure, and its attaches after a lost
