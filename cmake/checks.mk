@@ -15,7 +15,7 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(
 test-asan:
 	$(MAKE) build BUILD=$(ASAN_BUILD) BUILD_TYPE=RelWithDebInfo \
 	  CMAKE_FLAGS="-DCFDB_SANITIZE=address,undefined $(CMAKE_FLAGS)"
-	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) -j $(JOBS) --output-on-failure
+	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) -j $(TEST_JOBS) --output-on-failure
 
 # The core and exec layers' tests under TSan, and the canary that must be
 # reported.
@@ -23,7 +23,7 @@ test-tsan:
 	$(MAKE) configure BUILD=$(TSAN_BUILD) BUILD_TYPE=RelWithDebInfo \
 	  CMAKE_FLAGS="-DCFDB_SANITIZE=thread $(CMAKE_FLAGS)"
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target core_test exec_test tsan_canary
-	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) -j $(JOBS) --output-on-failure \
+	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) -j $(TEST_JOBS) --output-on-failure \
 	  -L '^(core|exec|canary)$$'
 
 # libFuzzer (clang): `make fuzz` runs each target for FUZZ_SECONDS, growing
@@ -81,11 +81,16 @@ format:
 format-check:
 	@clang-format --dry-run -Werror $(CXX_FILES) && echo "format-check: $(words $(CXX_FILES)) files in Google style"
 
+# clang-tidy 22 (Debian's clang-tidy-22) skips the code of system headers,
+# where 14 spent three quarters of its time: 390 -> 155 s. Deprecation
+# warnings are GCC's to give (the CI build has -Werror): clang 22 reports one
+# inside libstdc++ 12's own std::stable_sort.
+CLANG_TIDY_VERSION ?= 22
 tidy: configure
 	python3 scripts/tidy-commands.py $(BUILD)
-	run-clang-tidy -p $(BUILD)/tidy -j $(JOBS) -quiet \
+	run-clang-tidy-$(CLANG_TIDY_VERSION) -p $(BUILD)/tidy -j $(JOBS) -quiet \
 	  -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wthread-safety \
-	  '$(CURDIR)/src/'
+	  -extra-arg=-Wno-deprecated-declarations '$(CURDIR)/src/'
 
 check-layers:
 	python3 scripts/check-layers.py

@@ -13,7 +13,7 @@ packages=(
 if [ "${CFDB_DEPS:-all}" != build ]; then
   packages+=(
     libgtest-dev libgmock-dev libyaml-cpp-dev libbenchmark-dev python3
-    clang libclang-rt-14-dev clang-format clang-tidy faketime python3-h2
+    clang libclang-rt-14-dev clang-format clang-tidy-22 faketime python3-h2
     python3-grpcio python3-grpc-tools python3-setuptools openssl
     python3-jsonschema
     # The Python client's wheel, built and installed in a venv, and its

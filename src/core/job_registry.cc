@@ -7,6 +7,15 @@
 #include "core/log.h"
 
 namespace cfdb::worker {
+namespace {
+
+// EndedAt is when a job of ended_ ended; every job there has, so `now` is
+// only what a job that has not would count as.
+TimePoint EndedAt(const Job& job, TimePoint now) {
+  return job.ended().value_or(now);
+}
+
+}  // namespace
 
 JobRegistry::JobRegistry(const Clock& clock, Duration ttl,
                          std::size_t retained_output_bytes)
@@ -71,7 +80,7 @@ void JobRegistry::Ended(const std::shared_ptr<Job>& job) {
 void JobRegistry::Expire() {
   const TimePoint now = clock_.Now();
   while (!ended_.empty() && (ended_.size() > kMaxRetainedResults ||
-                             now - *ended_.front()->ended() >= ttl_)) {
+                             now - EndedAt(*ended_.front(), now) >= ttl_)) {
     if (!with_output_.empty() && with_output_.front().first == ended_.front()) {
       output_bytes_ -= with_output_.front().second;
       with_output_.pop_front();
@@ -118,7 +127,8 @@ absl::Status JobRegistry::IfNoUnreadResults(
     }
   }
   if (first != nullptr) {
-    const Duration left = ttl_ - (clock_.Now() - *first->ended());
+    const TimePoint now = clock_.Now();
+    const Duration left = ttl_ - (now - EndedAt(*first, now));
     return absl::FailedPreconditionError(absl::StrFormat(
         "%d detached job(s) ended with a result no client has read yet "
         "(the first: '%s', kept for %.0f s more)",

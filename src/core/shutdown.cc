@@ -32,8 +32,9 @@ std::string_view SignalName(int signo) {
       return "SIGTERM";
     case SIGINT:
       return "SIGINT";
+    default:
+      return "a signal";
   }
-  return "a signal";
 }
 
 std::string_view StopCauseName(StopCause cause) {

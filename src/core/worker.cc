@@ -372,7 +372,9 @@ std::optional<DrainReport> Worker::WaitDrainedUntil(TimePoint deadline) {
 }
 
 DrainReport Worker::WaitDrained() {
-  return *WaitDrainedUntil(TimePoint::max());
+  std::optional<DrainReport> report;
+  while (!report) report = WaitDrainedUntil(TimePoint::max());
+  return *report;
 }
 
 absl::StatusOr<std::pair<std::shared_ptr<Job>, JobJournal::Attachment>>

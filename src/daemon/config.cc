@@ -634,13 +634,13 @@ absl::StatusOr<std::optional<User>> UserKnob(const Resolver& r,
 // CheckJobUidsSpareTheWorker refuses a job user whose uids (one per job
 // running at once) include the uid the worker runs as: such a job could
 // read the worker's credentials and signal it.
-absl::Status CheckJobUidsSpareTheWorker(const Resolver& r,
-                                        const ServeConfig& c) {
+absl::Status CheckJobUidsSpareTheWorker(const Resolver& r, const ServeConfig& c,
+                                        const JobUser& job) {
   // BecomeWorker drops to --worker-user only when started as root.
   const uint64_t worker_uid =
       c.worker_user && geteuid() == 0 ? c.worker_user->uid : geteuid();
-  const uint64_t first = c.exec.user->uid;
-  const uint64_t last = first + static_cast<uint64_t>(c.exec.user->uids) - 1;
+  const uint64_t first = job.uid;
+  const uint64_t last = first + static_cast<uint64_t>(job.uids) - 1;
   if (worker_uid < first || worker_uid > last) return absl::OkStatus();
   return Resolver::Bad(
       r.Get(knob::kJobUser),
@@ -658,15 +658,17 @@ absl::Status ResolveSandbox(const Resolver& r, ServeConfig& c) {
   int64_t nproc = 0;
   CFDB_ASSIGN(nproc, r.Integer(knob::kJobNproc));
   if (c.job_user) {
-    c.exec.user =
-        JobUser{.uid = c.job_user->uid,
-                .gid = c.job_user->gid,
-                .uids = static_cast<int>(c.worker.max_concurrent_tasks),
-                .name = c.job_user->name};
+    const JobUser job{.uid = c.job_user->uid,
+                      .gid = c.job_user->gid,
+                      .uids = static_cast<int>(c.worker.max_concurrent_tasks),
+                      .name = c.job_user->name};
+    c.exec.user = job;
     c.exec.nproc = static_cast<rlim_t>(nproc);
     // Somewhere every uid of the job user may work.
     c.exec.default_cwd = "/tmp";
-    if (absl::Status s = CheckJobUidsSpareTheWorker(r, c); !s.ok()) return s;
+    if (absl::Status s = CheckJobUidsSpareTheWorker(r, c, job); !s.ok()) {
+      return s;
+    }
   }
   std::string mode;
   CFDB_ASSIGN(mode, r.Choice(knob::kJobContainment));

@@ -263,7 +263,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   Rpc rpc = Rpc::kDispatch;
   const TimePoint deadline = timeout ? start + *timeout : TimePoint::max();
   TimePoint give_up = TimePoint::min();
-  std::optional<Backoff> backoff;
+  Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
   while (!outcome.ok() && signals.signal() == 0 &&
          (LostStream(rpc, outcome.status()) ||
           (rpc == Rpc::kAttach &&
@@ -272,10 +272,9 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
     if (LostStream(rpc, outcome.status())) {
       give_up = std::min(now + ReattachWindow(dispatch.detach_grace_seconds),
                          deadline);
-      backoff.emplace(kRetryInitialDelay, Backoff::kDefaultFactor,
-                      kRetryMaxDelay);
+      backoff.Succeeded();  // each loss starts the schedule again
     }
-    const Duration delay = backoff->Failed();
+    const Duration delay = backoff.Failed();
     if (now + delay >= give_up) break;
     spdlog::warn("job {}: {}; attaching again in {:.1f} s from offsets {}/{}",
                  request.job_id, outcome.status().ToString(), ToSeconds(delay),

@@ -159,7 +159,7 @@ int RunReap(const ReapOptions& options) {
     return ReapOne(options, address);
   };
   Reap(options, step, [&](const ReapResult& result) {
-    std::cout << FormatResult(result, options.json) << std::endl;
+    std::cout << FormatResult(result, options.json) << '\n' << std::flush;
     if (result.action == ReapAction::kPollFailed ||
         result.action == ReapAction::kStopFailed) {
       code = kExitRuntimeFailure;

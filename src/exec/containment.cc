@@ -48,7 +48,7 @@ bool WriteFile(const std::string& path, std::string_view text) {
 absl::StatusOr<std::string> MakeJobsRoot() {
   absl::StatusOr<std::string> own = OwnCgroupDir();
   if (!own.ok()) return own.status();
-  const std::string root = JobsCgroupRoot(*own);
+  std::string root = JobsCgroupRoot(*own);
   if (mkdir(root.c_str(), 0755) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot make the cgroup ", root, ": ", ErrnoText(errno),
@@ -148,7 +148,7 @@ std::string Containment::Describe() const {
 
 absl::StatusOr<std::string> Containment::JobCgroup() {
   if (root_.empty()) return std::string();
-  const std::string dir = absl::StrCat(root_, "/job-", next_job++);
+  std::string dir = absl::StrCat(root_, "/job-", next_job++);
   if (mkdir(dir.c_str(), 0755) != 0) {
     return absl::InternalError(absl::StrCat("cannot make the job's cgroup ",
                                             dir, ": ", ErrnoText(errno)));

@@ -418,16 +418,17 @@ JobOutcome RunExec(JobContext& ctx, const ExecOptions& options) {
     cgroup = *made;
     if (!cgroup.empty()) who.cgroup_procs = cgroup + "/cgroup.procs";
   }
-  std::optional<Pipe> in = MakePipe(), out = MakePipe(), err = MakePipe();
-  absl::StatusOr<pid_t> pid =
-      in && out && err
-          ? Spawn(spec, who, in->read.get(), out->write.get(), err->write.get())
-          : absl::InternalError(absl::StrCat("pipe: ", ErrnoText(errno)));
-  if (!pid.ok()) {
+  const auto start_failed = [&cgroup](std::string why) {
     if (!cgroup.empty()) KillCgroup(cgroup);
-    return JobOutcome::Failed(Failure::kStartFailed,
-                              std::string(pid.status().message()));
+    return JobOutcome::Failed(Failure::kStartFailed, std::move(why));
+  };
+  std::optional<Pipe> in = MakePipe(), out = MakePipe(), err = MakePipe();
+  if (!in || !out || !err) {
+    return start_failed(absl::StrCat("pipe: ", ErrnoText(errno)));
   }
+  absl::StatusOr<pid_t> pid =
+      Spawn(spec, who, in->read.get(), out->write.get(), err->write.get());
+  if (!pid.ok()) return start_failed(std::string(pid.status().message()));
   in->read.Reset();
   out->write.Reset();
   err->write.Reset();

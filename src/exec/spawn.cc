@@ -214,6 +214,7 @@ std::string StartFailure(const ExecSpec& spec, const Identity& who,
 absl::StatusOr<pid_t> Spawn(const ExecSpec& spec, const Identity& who, int in,
                             int out, int err) {
   std::vector<char*> argv;
+  argv.reserve(spec.argv.size() + 1);
   for (const std::string& arg : spec.argv) {
     argv.push_back(const_cast<char*>(arg.c_str()));
   }
@@ -255,6 +256,10 @@ absl::StatusOr<pid_t> Spawn(const ExecSpec& spec, const Identity& who, int in,
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   absl::MutexLock lock(&JobPids::mu);
+  // vfork suspends only this thread, until the child execs or exits; the
+  // child keeps to ChildPlan's rules. posix_spawn cannot drop to the job's
+  // uid, set its limits and join its cgroup.
+  // NOLINTNEXTLINE(bugprone-unsafe-functions)
   const pid_t pid = vfork();
   if (pid == 0) Child(plan);
   const int spawn_errno = errno;
