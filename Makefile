@@ -3,8 +3,8 @@ BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 WERROR ?= OFF
 JOBS ?= 2
-# ctest runs three tests per core: most of them wait on timers and real
-# workers, so at one per core the CPU stood idle 80% of the time
+# ctest runs three tests per build job: most of them wait on timers and
+# real workers, so at one per job the CPU stood idle 80% of the time
 # (docs/RELIABILITY.md, "CI time").
 TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 3 )))
 ARGS ?=

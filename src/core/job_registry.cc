@@ -9,8 +9,8 @@
 namespace cfdb::worker {
 namespace {
 
-// EndedAt is when a job of ended_ ended; every job there has, so `now` is
-// only what a job that has not would count as.
+// EndedAt is when a job of ended_ ended. Worker::EndJob ends a job before
+// it reaches ended_, so the fallback, `now`, is never taken.
 TimePoint EndedAt(const Job& job, TimePoint now) {
   return job.ended().value_or(now);
 }

@@ -149,7 +149,8 @@ Worker::~Worker() {
   // before the docket and the kinds they use go away.
 }
 
-// Sink parameters, moved into the registry (clang-tidy 14 misses the move).
+// Sink parameters, moved into the registry (clang-tidy 14 and 22 miss the
+// move).
 // NOLINTNEXTLINE(performance-unnecessary-value-param)
 absl::Status Worker::RegisterKind(std::string name, JobKind kind) {
   if (name.empty() || !kind.run) {
