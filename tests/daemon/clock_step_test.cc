@@ -77,18 +77,25 @@ class Step {
   std::filesystem::path path_;
 };
 
+// LineSeconds is the wall time a log line starts with, in seconds since the
+// epoch (-1 if it starts with none).
+double LineSeconds(const std::string& line) {
+  absl::Time time;
+  std::string error;
+  if (!absl::ParseTime("%Y-%m-%d%ET%H:%M:%E*S%Ez", line.substr(0, 29), &time,
+                       &error)) {
+    return -1;
+  }
+  return absl::ToDoubleSeconds(time - absl::UnixEpoch());
+}
+
 // WallSeconds returns the wall-clock time of the first log line containing
-// `text`, in seconds since the epoch (-1 if there is none).
+// `text` (-1 if there is none).
 double WallSeconds(const std::string& log, const std::string& text) {
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {
     if (line.find(text) == std::string::npos) continue;
-    absl::Time time;
-    std::string error;
-    if (absl::ParseTime("%Y-%m-%d%ET%H:%M:%E*S%Ez", line.substr(0, 29), &time,
-                        &error)) {
-      return absl::ToDoubleSeconds(time - absl::UnixEpoch());
-    }
+    if (const double seconds = LineSeconds(line); seconds >= 0) return seconds;
   }
   return -1;
 }
@@ -199,12 +206,11 @@ TEST_P(ClockStepTest, SigtermDuringPollFailuresEndsItAtOnce) {
     std::vector<double> times;
     std::istringstream lines(daemon.log());
     for (std::string line; std::getline(lines, line);) {
-      if (line.find("idle poll failed") == std::string::npos &&
-          (times.empty() ||
-           line.find("idle poll: idle") == std::string::npos)) {
-        continue;
+      const bool failed = line.find("idle poll failed") != std::string::npos;
+      const bool answered = line.find("idle poll: idle") != std::string::npos;
+      if (failed || (answered && !times.empty())) {
+        times.push_back(LineSeconds(line));
       }
-      times.push_back(WallSeconds(line, "idle poll"));
     }
     return times;
   };
