@@ -6,6 +6,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -172,6 +173,19 @@ class PlaintextWorker:
     def setUp(self):
         self.worker = Worker()
         self.addCleanup(self.worker.kill)
+
+    def run(self, result=None):
+        """Runs the test; if it fails, prints its worker's log after it, as
+        the C++ tests' Daemon does."""
+        def failed():
+            return len(result.failures) + len(result.errors)
+        before = failed() if result is not None else 0
+        ran = super().run(result)
+        worker = getattr(self, "worker", None)
+        if result is not None and failed() > before and worker is not None:
+            sys.stderr.write(f"--- the worker's log ({self.id()}):\n"
+                             f"{worker.log}--- end of the worker's log\n")
+        return ran
 
     def address(self):
         return self.worker.address

@@ -159,6 +159,11 @@ class HandleTests:
                     c.dispatch(job, job_id=job_id, detach_grace=grace,
                                timeout=0.8)
                 self.assertEqual(raised.exception.exit_code, 73)
+            # The worker sees the call end a moment after the client does;
+            # an attach before that would take the job over and keep it.
+            self.assertTrue(wait_for(lambda: any(
+                j.job_id == "dropped" and not j.running
+                for j in c.jobs())), "the call's end cancels the job")
             kept, dropped = c.attach("kept"), c.attach("dropped")
         self.assertEqual((kept.exit_code, kept.stdout), (0, b"up\ndone\n"))
         self.assertEqual(dropped.failure.reason, "CANCELLED")
