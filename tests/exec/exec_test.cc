@@ -85,12 +85,17 @@ class StreamingJob final : public Job {
     absl::MutexLock lock(&mu_);
     return out_;
   }
+  std::string err() {
+    absl::MutexLock lock(&mu_);
+    return err_;
+  }
 
   void OnAccepted() override {}
   void OnOutcome(const JobOutcome&) override {}
-  EmitResult Emit(OutputStream, std::string_view data, TimePoint) override {
+  EmitResult Emit(OutputStream stream, std::string_view data,
+                  TimePoint) override {
     absl::MutexLock lock(&mu_);
-    out_.append(data);
+    (stream == OutputStream::kStdout ? out_ : err_).append(data);
     return EmitResult::kSent;
   }
   bool stdin_streamed() const override { return true; }
@@ -126,6 +131,7 @@ class StreamingJob final : public Job {
   int taken_ ABSL_GUARDED_BY(mu_) = 0;
   int closed_ ABSL_GUARDED_BY(mu_) = 0;
   std::string out_ ABSL_GUARDED_BY(mu_);
+  std::string err_ ABSL_GUARDED_BY(mu_);
 };
 
 // The request's stdin goes first, then each chunk in order (an empty one
@@ -161,17 +167,21 @@ TEST(ExecTest, AProgramClosingItsStreamedStdinIsReported) {
 }
 
 // A cancelled job's input was cut short: its program must never see an end
-// of file, even one that ignores SIGTERM (it is killed after the grace).
+// of file, even one that ignores SIGTERM (it is killed after the grace). The
+// cancel waits until the program ignores SIGTERM: before, SIGTERM alone would
+// end it.
 TEST(ExecTest, ACancelledJobNeverSeesTheEndOfItsInput) {
   for (const bool time_limit : {false, true}) {
     JobRequest request = ExecRequest(
-        {"sh", "-c", "trap '' TERM; wc -c; echo saw the end of file"});
+        {"sh", "-c",
+         "trap '' TERM; echo ready >&2; wc -c; echo saw the end of file"});
     if (time_limit) MutableExec(request).time_limit = std::chrono::seconds(1);
     StreamingJob job(request, std::chrono::milliseconds(300));
     job.Push("14 bytes here\n");
     std::optional<JobOutcome> outcome;
     std::thread runner([&] { outcome = RunExec(job); });
-    ASSERT_TRUE(test_support::WaitFor([&] { return job.taken() == 1; }));
+    ASSERT_TRUE(test_support::WaitFor(
+        [&] { return job.taken() == 1 && job.err() == "ready\n"; }));
     if (!time_limit) job.Cancel();
     runner.join();
     EXPECT_EQ(outcome->failure,
