@@ -231,8 +231,12 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
       output.Callbacks([&signals] { signals.Accepted(); });
   std::optional<Duration> timeout;
   if (options.timeout > Duration::zero()) timeout = options.timeout;
+  // A retry sends the same id: a job under it is the one an earlier
+  // attempt started, its Accepted lost with the call, so it is attached to.
+  int attempt = 0;
   absl::StatusOr<JobOutcome> outcome =
       WithRetries(options.attempts, Rpc::kDispatch, [&] {
+        if (++attempt > 1) request.attach_if_exists = true;
         return stream_stdin
                    ? (*connection)
                          ->DispatchStream(request, STDIN_FILENO, callbacks,
@@ -259,26 +263,42 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   // got to, with a backoff, while the job may still be there. The window
   // for trying starts at each loss (a stream that was attached again and
   // broke later gets a window of its own); an attach that took lasts as
-  // long as the job, bounded only by --timeout-seconds.
+  // long as the job, bounded only by --timeout-seconds. A dispatch lost
+  // before its Accepted came may have started the job all the same: one
+  // attach finds out, and if it finds no job (or no worker), the dispatch's
+  // own error stands.
   Rpc rpc = Rpc::kDispatch;
   const TimePoint deadline = timeout ? start + *timeout : TimePoint::max();
   TimePoint give_up = TimePoint::min();
   Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
-  while (!outcome.ok() && signals.signal() == 0 &&
-         (LostStream(rpc, outcome.status()) ||
-          (rpc == Rpc::kAttach &&
-           IsTransient(ClassifyError(rpc, outcome.status()))))) {
+  std::optional<absl::Status> unanswered;  // the dispatch's, while probing
+  while (!outcome.ok() && signals.signal() == 0) {
+    if (unanswered && !Accepted(outcome.status())) {
+      outcome = *std::move(unanswered);
+      rpc = Rpc::kDispatch;
+      break;
+    }
+    unanswered.reset();
     const TimePoint now = std::chrono::steady_clock::now();
-    if (LostStream(rpc, outcome.status())) {
+    if (MayHaveBeenAccepted(rpc, outcome.status())) {
+      unanswered = outcome.status();
+    } else if (!LostStream(rpc, outcome.status()) &&
+               !(rpc == Rpc::kAttach &&
+                 IsTransient(ClassifyError(rpc, outcome.status())))) {
+      break;
+    }
+    if (unanswered || LostStream(rpc, outcome.status())) {
       give_up = std::min(now + ReattachWindow(dispatch.detach_grace_seconds),
                          deadline);
       backoff.Succeeded();  // each loss starts the schedule again
     }
     const Duration delay = backoff.Failed();
     if (now + delay >= give_up) break;
-    spdlog::warn("job {}: {}; attaching again in {:.1f} s from offsets {}/{}",
-                 request.job_id, outcome.status().ToString(), ToSeconds(delay),
-                 output.from().stdout_bytes, output.from().stderr_bytes);
+    spdlog::warn("job {}: {}; attaching {} in {:.1f} s from offsets {}/{}",
+                 request.job_id, outcome.status().ToString(),
+                 unanswered ? "to see whether it started" : "again",
+                 ToSeconds(delay), output.from().stdout_bytes,
+                 output.from().stderr_bytes);
     std::this_thread::sleep_for(delay);
     rpc = Rpc::kAttach;
     std::optional<Duration> left;

@@ -112,6 +112,16 @@ bool IsTransient(ErrorKind kind) {
   return kind == ErrorKind::kTransient || kind == ErrorKind::kHandshakeError;
 }
 
+bool MayHaveBeenAccepted(Rpc rpc, const absl::Status& status) {
+  // Not gRPC's words for a call the worker never saw: one that never
+  // connected, or one a GOAWAY refused (streams past its last stream id
+  // were not processed: HTTP/2, RFC 9113 section 6.8).
+  return rpc == Rpc::kDispatch && !Accepted(status) &&
+         ClassifyError(rpc, status) == ErrorKind::kTransient &&
+         HasTransportEvidence(status) &&
+         !MentionsAny(status, {"failed to connect", "goaway"});
+}
+
 namespace {
 
 // KindRow is one kind as every client says it: its name, its command's exit

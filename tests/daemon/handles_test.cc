@@ -34,13 +34,13 @@ using test_support::Daemon;
 using test_support::ExecRequest;
 
 // Proxy is tests/daemon/tcp_proxy.py forwarding a port to `target`; Cut
-// (SIGUSR1) cuts every connection it carries, as its end does.
+// (SIGUSR1) cuts every connection it carries, as its end does. With
+// `hold_replies`, until the first cut, it holds back what the worker sends
+// after the HTTP/2 handshake (--hold-replies).
 class Proxy {
  public:
-  Proxy(int listen_port, int target)
-      : job_(
-            ExecRequest({"python3", CFDB_TCP_PROXY, std::to_string(listen_port),
-                         std::to_string(target)})) {
+  Proxy(int listen_port, int target, bool hold_replies = false)
+      : job_(ExecRequest(Argv(listen_port, target, hold_replies))) {
     thread_ = std::thread([this] { RunExec(job_); });
     EXPECT_TRUE(job_.WaitForOutput("listening on"));
     std::smatch m;
@@ -62,6 +62,15 @@ class Proxy {
   }
 
  private:
+  static std::vector<std::string> Argv(int listen_port, int target,
+                                       bool hold_replies) {
+    std::vector<std::string> argv = {"python3", CFDB_TCP_PROXY,
+                                     std::to_string(listen_port),
+                                     std::to_string(target)};
+    if (hold_replies) argv.emplace_back("--hold-replies");
+    return argv;
+  }
+
   CollectingJob job_;
   std::thread thread_;
   int port_ = 0;
@@ -102,6 +111,37 @@ TEST(HandleTest, DispatchComesBackToItsJobAfterItsConnectionIsCut) {
   EXPECT_TRUE(dispatch.out() == Numbers(1, 120000))
       << dispatch.out().size() << " bytes; " << dispatch.err();
   EXPECT_THAT(dispatch.err(), ::testing::HasSubstr("attaching again"));
+}
+
+// The worker accepts a job, but its Accepted never reaches `dispatch`,
+// whose connection is then cut: the worker runs the job, and the command,
+// from which the call failed as transient, attaches to see whether it
+// started, and exits with the job's own code and output. (Reporting the
+// transient error would say that nothing runs, and invite a second run.)
+TEST(HandleTest, DispatchFindsItsJobWhenItsAcceptedWasLost) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  const Proxy proxy(0, daemon.port(), /*hold_replies=*/true);
+  ASSERT_GT(proxy.port(), 0);
+  CollectingJob dispatch(Command(
+      {"dispatch", "--address", test_support::LoopbackAddress(proxy.port()),
+       "--job-id", "unanswered", "--detach-grace-seconds", "30", "--no-stdin",
+       "--", "sh", "-c", "seq 1 1000; sleep 1; exit 4"}));
+  JobOutcome ended;
+  std::thread client([&] { ended = RunExec(dispatch); });
+  auto direct = WorkerConnection::Open(daemon.address());
+  ASSERT_TRUE(direct.ok());
+  EXPECT_TRUE(test_support::WaitFor([&] {
+    const auto jobs = (*direct)->ListJobs(seconds(5));
+    return jobs.ok() && !jobs->empty();
+  }));
+  proxy.Cut();
+  client.join();
+  EXPECT_EQ(ended, JobOutcome::Exited(4)) << dispatch.err();
+  EXPECT_TRUE(dispatch.out() == Numbers(1, 1000))
+      << dispatch.out().size() << " bytes; " << dispatch.err();
+  EXPECT_THAT(dispatch.err(),
+              ::testing::HasSubstr("attaching to see whether it started"));
 }
 
 // A worker and a client in this process, restarted once stopped.

@@ -5,7 +5,12 @@ connection it carries; SIGUSR1 cuts them too, and it goes on listening.
 Prints "listening on 127.0.0.1:LISTEN (pid PID)" once it listens (LISTEN 0:
 a free port).
 
-    tcp_proxy.py LISTEN TARGET_PORT
+    tcp_proxy.py LISTEN TARGET_PORT [--hold-replies]
+
+--hold-replies: until the first cut, what the target sends on a connection
+after its first read (its HTTP/2 SETTINGS, with which the client's channel
+gets ready and sends its call) is held back, e.g. a dispatch's Accepted: a
+call lost on the way, as the client sees it, after the worker took it.
 """
 import os
 import selectors
@@ -22,8 +27,19 @@ def on_cut(signo, frame):
     raise Cut()
 
 
+class Hold:
+    """Which connections hold back what the target sends (--hold-replies):
+    each forwards the target's first read, and drops the rest."""
+
+    def __init__(self, on):
+        self.on = on
+        self.held = set()  # target sockets of connections that hold
+        self.answered = set()  # those whose first read went
+
+
 def main():
     listen_port, target_port = int(sys.argv[1]), int(sys.argv[2])
+    hold = Hold("--hold-replies" in sys.argv[3:])
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", listen_port))
@@ -35,15 +51,18 @@ def main():
           f"(pid {os.getpid()})", flush=True)
     while True:
         try:
-            serve_once(server, selector, target_port)
+            serve_once(server, selector, target_port, hold)
         except Cut:
+            hold.on = False
+            hold.held.clear()
+            hold.answered.clear()
             for key in list(selector.get_map().values()):
                 if key.data is not None:
                     selector.unregister(key.fileobj)
                     key.fileobj.close()
 
 
-def serve_once(server, selector, target_port):
+def serve_once(server, selector, target_port, hold):
     """Forwards what is ready now."""
     for key, _ in selector.select():
         if key.data is None:
@@ -51,6 +70,8 @@ def serve_once(server, selector, target_port):
             upstream = socket.create_connection(("127.0.0.1", target_port))
             selector.register(client, selectors.EVENT_READ, upstream)
             selector.register(upstream, selectors.EVENT_READ, client)
+            if hold.on:
+                hold.held.add(upstream)
             continue
         data = b""
         try:
@@ -58,10 +79,15 @@ def serve_once(server, selector, target_port):
         except OSError:
             pass
         if data:
-            key.data.sendall(data)
+            if key.fileobj not in hold.answered:
+                key.data.sendall(data)
+            if key.fileobj in hold.held:
+                hold.answered.add(key.fileobj)
             continue
         for sock in (key.fileobj, key.data):
             selector.unregister(sock)
+            hold.held.discard(sock)
+            hold.answered.discard(sock)
             sock.close()
 
 

@@ -57,6 +57,9 @@ TEST(ClassifyErrorTest, EveryCaseOfTheSharedTable) {
     const ErrorKind kind = ClassifyError(rpcs.at(c["rpc"]), status);
     EXPECT_EQ(ErrorKindName(kind), c["kind"].get<std::string>()) << what;
     EXPECT_EQ(ExitCodeFor(kind), c["exit_code"].get<int>()) << what;
+    EXPECT_EQ(MayHaveBeenAccepted(rpcs.at(c["rpc"]), status),
+              c.value("may_have_been_accepted", false))
+        << what;
   }
 }
 

@@ -632,8 +632,10 @@ class Reattach:
     """When dispatch attaches again to its job after a failed call, as the
     CLI's dispatch: after a lost stream (worth_attaching), with a backoff
     (RETRY_INITIAL_DELAY_SECONDS doubling up to RETRY_MAX_DELAY_SECONDS),
-    for the reattach_window from the first
-    loss, and never past the call's own `timeout` (seconds, from now)."""
+    for the reattach_window from the first loss, and never past the call's
+    own `timeout` (seconds, from now). A dispatch lost before its Accepted
+    came (errors.may_have_been_accepted) is attached to once: if that finds
+    no job (or no worker), the dispatch's own error stands."""
 
     def __init__(self, detach_grace: float, timeout: Optional[float],
                  enabled: bool = True) -> None:
@@ -643,14 +645,24 @@ class Reattach:
         self._give_up: Optional[float] = None
         self._delay = RETRY_INITIAL_DELAY_SECONDS
         self._enabled = enabled
+        self._unanswered: Optional[errors.WorkerError] = None
         self.rpc = "dispatch"  # the call that failed last
 
-    def delay_after(self, error: errors.WorkerError) -> Optional[float]:
-        """Seconds to wait before attaching again after `error`, or None:
-        give up and raise it."""
-        if not self._enabled or not worth_attaching(error, self.rpc):
-            return None
+    def delay_after(self, error: errors.WorkerError, started: bool) -> float:
+        """Seconds to wait before attaching again after `error` (`started`:
+        whether any call was accepted or attached), or raises the error
+        that ends the dispatch: `error`, or the dispatch's own when the
+        attach that looked for its job found none."""
+        unanswered, self._unanswered = self._unanswered, None
+        if unanswered is not None and not started:
+            raise unanswered from None
+        if not self._enabled:
+            raise error
         now = time.monotonic()
+        if errors.may_have_been_accepted(error, self.rpc):
+            self._unanswered = error
+        elif not worth_attaching(error, self.rpc):
+            raise error
         if self._give_up is None:
             self._give_up = now + self._window
             if self._deadline is not None:
@@ -658,7 +670,7 @@ class Reattach:
         delay, self._delay = self._delay, min(self._delay * 2,
                                           RETRY_MAX_DELAY_SECONDS)
         if now + delay >= self._give_up:
-            return None
+            raise self._unanswered or error
         self.rpc = "attach"
         return delay
 

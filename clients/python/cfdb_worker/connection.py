@@ -163,8 +163,10 @@ class WorkerConnection(Stubs):
         than pausing the job. `timeout` bounds the whole call.
 
         Errors are raised as the iteration reaches them: before Accepted
-        nothing started (TransientRpcError means retrying may work); after
-        it, OutcomeUnknown or AcceptedDeadlineExceeded: never resend
+        TransientRpcError means retrying may work (a call lost on the way
+        may have been accepted all the same: resend it with the same
+        job_id and attach_if_exists, as dispatch() finds out by attaching);
+        after it, OutcomeUnknown or AcceptedDeadlineExceeded: never resend
         blindly (attach to it: dispatch() does)."""
         request, source = job_request(argv, env, cwd, stdin, time_limit,
                                       job_id, payload, kind, detach_grace,
@@ -187,7 +189,9 @@ class WorkerConnection(Stubs):
         again from the offsets it got to, with a backoff (0.5 s doubling to
         10 s), for the job's detach grace (at least 10 s, a minute without
         limit) and within `timeout`: the job's own end comes back, not
-        the lost stream. Without reattach=False, OutcomeUnknown remains
+        the lost stream. A stream lost before Accepted came is attached to
+        once: TransientRpcError only when no job of its id is there.
+        Without reattach=False, OutcomeUnknown remains
         only for a worker that is really gone (or NotFound: one that no
         longer knows the job, e.g. restarted)."""
         request, source = job_request(argv, env, cwd, stdin, time_limit,
@@ -203,9 +207,7 @@ class WorkerConnection(Stubs):
                     pass
                 return reader.result()
             except errors.WorkerError as e:
-                delay = policy.delay_after(e)
-                if delay is None:
-                    raise
+                delay = policy.delay_after(e, reader.started)
             time.sleep(delay)
             events = self._attach_events(request.job_id, reader.offsets,
                                          reader, policy.timeout())

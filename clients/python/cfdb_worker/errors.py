@@ -35,7 +35,9 @@ class IdleUnavailable(WorkerError):
 class TransientRpcError(WorkerError):
     """Nothing was started: the worker is stopping or gone, the connection
     failed, the docket is full, or (idle, stop, health) no answer came in
-    time. Retrying, here later or on another worker, may work."""
+    time. Retrying, here later or on another worker, may work. (From
+    events(), a call lost on the way may have been accepted all the same;
+    dispatch() attaches to find out.)"""
 
     kind = "transient error"
     exit_code = 75
@@ -175,3 +177,18 @@ def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
     else:
         cls = RpcError
     return cls
+
+
+def may_have_been_accepted(error: WorkerError, rpc: str) -> bool:
+    """Whether a dispatch that failed before its Accepted came may have been
+    accepted all the same, as the C++ MayHaveBeenAccepted
+    (include/cfdb/worker/errors.h): the transport broke under the call (a
+    transient error in gRPC's words for a lost connection; not "failed to
+    connect", nor "GOAWAY received", whose streams the worker never
+    processed), possibly with the Accepted on its way back; not the
+    worker's own answers ("worker is stopping", a full docket). One attach
+    finds out: NotFound means it never ran."""
+    return (rpc == "dispatch" and type(error) is TransientRpcError
+            and _mentions(error.details, _TRANSPORT_WORDS)
+            and not _mentions(error.details, ("failed to connect",
+                                              "goaway")))

@@ -103,7 +103,10 @@ class Pki:
 class TcpProxy:
     """A TCP proxy on a free port to `target_port`: cut() closes every
     connection through it (as a lost network would), and it keeps
-    accepting new ones."""
+    accepting new ones. After hold_replies(), until the next cut, what the
+    worker sends on a new connection after its first read (its HTTP/2
+    SETTINGS, with which the client's channel gets ready and sends its
+    call) is held back, e.g. a dispatch's Accepted."""
 
     def __init__(self, target_port):
         self.target_port = target_port
@@ -113,6 +116,7 @@ class TcpProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets = []
+        self._hold = False
         self.cuts = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -130,18 +134,26 @@ class TcpProxy:
                                                  self.target_port))
             with self._lock:
                 self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b),
+                hold = self._hold
+            for a, b, held in ((client, upstream, False),
+                               (upstream, client, hold)):
+                threading.Thread(target=self._pipe, args=(a, b, held),
                                  daemon=True).start()
 
+    def hold_replies(self):
+        with self._lock:
+            self._hold = True
+
     @staticmethod
-    def _pipe(source, sink):
+    def _pipe(source, sink, held):
         try:
             while True:
                 data = source.recv(65536)
                 if not data:
                     break
                 sink.sendall(data)
+                while held and source.recv(65536):
+                    pass  # held back: dropped until the cut
         except OSError:
             pass
         for s in (source, sink):
@@ -153,6 +165,7 @@ class TcpProxy:
     def cut(self):
         with self._lock:
             sockets, self._sockets = self._sockets, []
+            self._hold = False
             self.cuts += 1
         for s in sockets:
             try:

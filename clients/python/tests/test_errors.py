@@ -66,6 +66,9 @@ class CaseTableTest(unittest.TestCase):
                 self.assertEqual(error.kind, case["kind"])
                 self.assertEqual(error.exit_code, case["exit_code"])
                 self.assertEqual(error.code.name, case["code"])
+                self.assertEqual(
+                    errors.may_have_been_accepted(error, RPCS[case["rpc"]]),
+                    case.get("may_have_been_accepted", False))
 
     def test_every_code_of_every_method_as_the_table_says(self):
         with open(CASES) as f:

@@ -207,15 +207,55 @@ class PlaintextTests(HandleTests):
         self.assertEqual(result.stdout, SEQ + b"late\n")
 
     def test_without_reattach_a_lost_connection_is_outcome_unknown(self):
-        _, connection = self.through_proxy_cut_once_running("lost")
-        with connection as c:
+        proxy = TcpProxy(self.worker.port)
+        self.addCleanup(proxy.close)
+        with self.open(proxy.address) as c:
+            events = c.events(["/bin/sh", "-c", "echo x; sleep 2"],
+                              job_id="lost", detach_grace=30)
+            self.assertIsInstance(next(events), cfdb_worker.Accepted)
+            proxy.cut()
             with self.assertRaises(cfdb_worker.OutcomeUnknown):
-                c.dispatch(["/bin/sh", "-c", "echo x; sleep 2"],
-                           job_id="lost", detach_grace=30, reattach=False)
+                for _ in events:
+                    pass
         # The job ran on. (A call at once on the cut connection may fail
         # as transient, UNAVAILABLE, while its channel reconnects.)
         with self.connect() as direct:
             self.assertEqual(direct.attach("lost").stdout, b"x\n")
+
+    def through_proxy_holding_replies(self, job_id):
+        """A connection through a proxy that holds back what the worker
+        sends once the channel is ready (a dispatch's Accepted, too), cut
+        once job `job_id` runs (seen directly, by ListJobs)."""
+        proxy = TcpProxy(self.worker.port)
+        self.addCleanup(proxy.close)
+        proxy.hold_replies()
+
+        def cut():
+            with self.open(self.address()) as direct:
+                wait_for(lambda: any(j.job_id == job_id
+                                     for j in direct.jobs()))
+            proxy.cut()
+        cutter = threading.Thread(target=cut)
+        cutter.start()
+        self.addCleanup(cutter.join)
+        return self.open(proxy.address)
+
+    def test_dispatch_finds_its_job_when_its_accepted_was_lost(self):
+        with self.through_proxy_holding_replies("unanswered") as c:
+            result = c.dispatch(["/bin/sh", "-c", "seq 1 20000; sleep 0.5; "
+                                 "exit 4"], job_id="unanswered",
+                                detach_grace=30)
+        self.assertEqual(result.exit_code, 4)
+        self.assertEqual(result.stdout, SEQ)
+
+    def test_without_reattach_a_lost_accepted_is_transient_and_the_job_runs(
+            self):
+        with self.through_proxy_holding_replies("unheard") as c:
+            with self.assertRaises(cfdb_worker.TransientRpcError):
+                c.dispatch(["/bin/sh", "-c", "echo y; sleep 0.5"],
+                           job_id="unheard", detach_grace=30, reattach=False)
+        with self.connect() as direct:
+            self.assertEqual(direct.attach("unheard").stdout, b"y\n")
 
 
 class MutualTlsTests(HandleTests):

@@ -41,9 +41,11 @@ enum class ErrorKind {
   // Nothing was started: the worker is stopping or gone (UNAVAILABLE, a
   // call CANCELLED by its shutdown, a connection closed or reset), the
   // caller's deadline passed before an answer (Idle, Stop, health), or the
-  // docket is full
-  // (RESOURCE_EXHAUSTED without a size limit in the message). Retrying,
-  // here later or on another worker, may work.
+  // docket is full (RESOURCE_EXHAUSTED without a size limit in the
+  // message). Retrying, here later or on another worker, may work. A
+  // Dispatch lost on the way may have been accepted all the same
+  // (MayHaveBeenAccepted): the clients' dispatch attach to find out, and
+  // say kTransient only when no job of its id is there.
   kTransient,
   // A transient error with TLS evidence: UNAUTHENTICATED, or UNAVAILABLE
   // whose message names TLS, SSL, a certificate, the handshake or a failed
@@ -98,6 +100,18 @@ bool Accepted(const absl::Status& status);
 // IsTransient returns true for kTransient and kHandshakeError: the kinds
 // where the call did not start anything and may be retried.
 bool IsTransient(ErrorKind kind);
+
+// MayHaveBeenAccepted says whether a Dispatch (or DispatchStream) that
+// failed before its Accepted came may have been accepted all the same: the
+// transport broke under the call (a transient error whose message is
+// gRPC's for a lost connection, "Socket closed", "Stream removed", ...;
+// not "failed to connect", nor "GOAWAY received", whose streams the worker
+// never processed), possibly with the Accepted on its way back. Not the
+// worker's own answers (UNAVAILABLE "worker is stopping", a full docket), which
+// say that nothing started. Attaching to the job's id finds out: NOT_FOUND
+// means it never ran, and resending it is safe. Both clients' dispatch do so
+// once.
+bool MayHaveBeenAccepted(Rpc rpc, const absl::Status& status);
 
 // Each kind's name, exit code and meaning come from one table (errors.cc);
 // tests/data/error_cases.json repeats it for the Python client, and tests on
