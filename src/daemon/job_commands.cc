@@ -256,6 +256,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
           std::istreambuf_iterator<char>());
     }
     outcome = WithRetries(options.attempts, Rpc::kDispatch, [&] {
+      if (++attempt > 1) request.attach_if_exists = true;
       return (*connection)->Dispatch(request, callbacks, timeout);
     });
   }
@@ -264,30 +265,38 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   // for trying starts at each loss (a stream that was attached again and
   // broke later gets a window of its own); an attach that took lasts as
   // long as the job, bounded only by --timeout-seconds. A dispatch lost
-  // before its Accepted came may have started the job all the same: one
-  // attach finds out, and if it finds no job (or no worker), the dispatch's
-  // own error stands.
+  // before its Accepted came may have started the job all the same: attach
+  // to see (again while that attach is itself lost on the way); if it finds
+  // no job (or no worker), the dispatch's own error stands. A signal ends
+  // the watching, but not that look: the attach lets its cancel reach the
+  // job.
   Rpc rpc = Rpc::kDispatch;
   const TimePoint deadline = timeout ? start + *timeout : TimePoint::max();
   TimePoint give_up = TimePoint::min();
   Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
   std::optional<absl::Status> unanswered;  // the dispatch's, while probing
-  while (!outcome.ok() && signals.signal() == 0) {
-    if (unanswered && !Accepted(outcome.status())) {
+  while (!outcome.ok()) {
+    const absl::Status& status = outcome.status();
+    const bool probe_lost = unanswered && !Accepted(status) &&
+                            IsTransient(ClassifyError(rpc, status)) &&
+                            LostOnTheWay(status);
+    if (unanswered && !Accepted(status) && !probe_lost) {
       outcome = *std::move(unanswered);
       rpc = Rpc::kDispatch;
       break;
     }
-    unanswered.reset();
-    const TimePoint now = std::chrono::steady_clock::now();
-    if (MayHaveBeenAccepted(rpc, outcome.status())) {
-      unanswered = outcome.status();
-    } else if (!LostStream(rpc, outcome.status()) &&
-               !(rpc == Rpc::kAttach &&
-                 IsTransient(ClassifyError(rpc, outcome.status())))) {
-      break;
+    const bool first_loss = MayHaveBeenAccepted(rpc, status);
+    if (!first_loss && !probe_lost) {
+      unanswered.reset();
+      if (signals.signal() != 0 ||
+          (!LostStream(rpc, status) &&
+           !(rpc == Rpc::kAttach && IsTransient(ClassifyError(rpc, status))))) {
+        break;
+      }
     }
-    if (unanswered || LostStream(rpc, outcome.status())) {
+    const TimePoint now = std::chrono::steady_clock::now();
+    if (first_loss) unanswered = status;
+    if (first_loss || LostStream(rpc, status)) {
       give_up = std::min(now + ReattachWindow(dispatch.detach_grace_seconds),
                          deadline);
       backoff.Succeeded();  // each loss starts the schedule again
@@ -305,6 +314,12 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
     if (timeout) left = deadline - std::chrono::steady_clock::now();
     outcome =
         (*connection)->Attach(request.job_id, output.from(), callbacks, left);
+  }
+  if (!outcome.ok() && rpc == Rpc::kAttach && !Accepted(outcome.status()) &&
+      IsTransient(ClassifyError(rpc, outcome.status()))) {
+    // The job had started, and attaching again ran out: not "nothing
+    // started" but its outcome unknown.
+    outcome = MarkAccepted(outcome.status());
   }
   if (!outcome.ok() && ClassifyError(rpc, outcome.status()) ==
                            ErrorKind::kAcceptedDeadlineExceeded) {

@@ -112,14 +112,22 @@ bool IsTransient(ErrorKind kind) {
   return kind == ErrorKind::kTransient || kind == ErrorKind::kHandshakeError;
 }
 
-bool MayHaveBeenAccepted(Rpc rpc, const absl::Status& status) {
+bool LostOnTheWay(const absl::Status& status) {
   // Not gRPC's words for a call the worker never saw: one that never
   // connected, or one a GOAWAY refused (streams past its last stream id
   // were not processed: HTTP/2, RFC 9113 section 6.8).
-  return rpc == Rpc::kDispatch && !Accepted(status) &&
-         ClassifyError(rpc, status) == ErrorKind::kTransient &&
+  using C = absl::StatusCode;
+  const C code = status.code();
+  return (code == C::kUnavailable || code == C::kCancelled ||
+          code == C::kUnknown || code == C::kInternal) &&
          HasTransportEvidence(status) &&
          !MentionsAny(status, {"failed to connect", "goaway"});
+}
+
+bool MayHaveBeenAccepted(Rpc rpc, const absl::Status& status) {
+  return rpc == Rpc::kDispatch && !Accepted(status) &&
+         ClassifyError(rpc, status) == ErrorKind::kTransient &&
+         LostOnTheWay(status);
 }
 
 namespace {

@@ -5,9 +5,11 @@
 #include <signal.h>
 
 #include <atomic>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/connection.h"
@@ -113,35 +115,62 @@ TEST(HandleTest, DispatchComesBackToItsJobAfterItsConnectionIsCut) {
   EXPECT_THAT(dispatch.err(), ::testing::HasSubstr("attaching again"));
 }
 
-// The worker accepts a job, but its Accepted never reaches `dispatch`,
-// whose connection is then cut: the worker runs the job, and the command,
-// from which the call failed as transient, attaches to see whether it
-// started, and exits with the job's own code and output. (Reporting the
-// transient error would say that nothing runs, and invite a second run.)
-TEST(HandleTest, DispatchFindsItsJobWhenItsAcceptedWasLost) {
-  Daemon daemon({"--idle-timeout-seconds", "0"});
-  ASSERT_GT(daemon.port(), 0) << daemon.log();
-  const Proxy proxy(0, daemon.port(), /*hold_replies=*/true);
-  ASSERT_GT(proxy.port(), 0);
-  CollectingJob dispatch(Command(
-      {"dispatch", "--address", test_support::LoopbackAddress(proxy.port()),
-       "--job-id", "unanswered", "--detach-grace-seconds", "30", "--no-stdin",
-       "--", "sh", "-c", "seq 1 1000; sleep 1; exit 4"}));
-  JobOutcome ended;
-  std::thread client([&] { ended = RunExec(dispatch); });
-  auto direct = WorkerConnection::Open(daemon.address());
-  ASSERT_TRUE(direct.ok());
-  EXPECT_TRUE(test_support::WaitFor([&] {
-    const auto jobs = (*direct)->ListJobs(seconds(5));
-    return jobs.ok() && !jobs->empty();
-  }));
-  proxy.Cut();
-  client.join();
-  EXPECT_EQ(ended, JobOutcome::Exited(4)) << dispatch.err();
-  EXPECT_TRUE(dispatch.out() == Numbers(1, 1000))
-      << dispatch.out().size() << " bytes; " << dispatch.err();
-  EXPECT_THAT(dispatch.err(),
+// Run runs `dispatch` (with `flags`) of a job that writes 1..1000 and
+// exits 4, through a proxy that holds back the worker's replies: the
+// worker accepts the job, but its Accepted never reaches the command,
+// whose connection is cut once the worker runs it.
+class HeldRepliesTest : public ::testing::Test {
+ protected:
+  JobOutcome Run(const std::vector<std::string>& flags) {
+    Daemon daemon({"--idle-timeout-seconds", "0"});
+    EXPECT_GT(daemon.port(), 0) << daemon.log();
+    const Proxy proxy(0, daemon.port(), /*hold_replies=*/true);
+    std::vector<std::string> argv = {
+        "dispatch", "--address",  test_support::LoopbackAddress(proxy.port()),
+        "--job-id", "unanswered", "--detach-grace-seconds",
+        "30",       "--no-stdin"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    for (const char* arg : {"--", "sh", "-c", "seq 1 1000; sleep 1; exit 4"}) {
+      argv.emplace_back(arg);
+    }
+    dispatch_.emplace(Command(argv));
+    JobOutcome ended;
+    std::thread client([&] { ended = RunExec(*dispatch_); });
+    auto direct = WorkerConnection::Open(daemon.address());
+    EXPECT_TRUE(direct.ok());
+    EXPECT_TRUE(test_support::WaitFor([&] {
+      const auto jobs = (*direct)->ListJobs(seconds(5));
+      return jobs.ok() && !jobs->empty();
+    }));
+    proxy.Cut();
+    client.join();
+    return ended;
+  }
+
+  std::optional<CollectingJob> dispatch_;
+};
+
+// The command, from which the call failed as transient, attaches to see
+// whether the job started, and exits with the job's own code and output.
+// (Reporting the transient error would say that nothing runs, and invite
+// a second run.)
+TEST_F(HeldRepliesTest, DispatchFindsItsJobWhenItsAcceptedWasLost) {
+  EXPECT_EQ(Run({}), JobOutcome::Exited(4)) << dispatch_->err();
+  EXPECT_TRUE(dispatch_->out() == Numbers(1, 1000))
+      << dispatch_->out().size() << " bytes; " << dispatch_->err();
+  EXPECT_THAT(dispatch_->err(),
               ::testing::HasSubstr("attaching to see whether it started"));
+}
+
+// With --attempts, the retry resends the job's id with attach_if_exists:
+// it gets the job its first attempt started, not ALREADY_EXISTS (67).
+TEST_F(HeldRepliesTest,
+       ARetriedDispatchAttachesToTheJobItsFirstAttemptStarted) {
+  EXPECT_EQ(Run({"--attempts", "2"}), JobOutcome::Exited(4))
+      << dispatch_->err();
+  EXPECT_TRUE(dispatch_->out() == Numbers(1, 1000))
+      << dispatch_->out().size() << " bytes; " << dispatch_->err();
+  EXPECT_THAT(dispatch_->err(), ::testing::HasSubstr("attempt 1 of 2 failed"));
 }
 
 // A worker and a client in this process, restarted once stopped.

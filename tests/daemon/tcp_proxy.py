@@ -73,6 +73,8 @@ def serve_once(server, selector, target_port, hold):
             if hold.on:
                 hold.held.add(upstream)
             continue
+        if key.fileobj.fileno() == -1:
+            continue  # closed with its pair earlier in this batch
         data = b""
         try:
             data = key.fileobj.recv(1 << 16)

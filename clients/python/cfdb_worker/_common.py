@@ -632,47 +632,65 @@ class Reattach:
     """When dispatch attaches again to its job after a failed call, as the
     CLI's dispatch: after a lost stream (worth_attaching), with a backoff
     (RETRY_INITIAL_DELAY_SECONDS doubling up to RETRY_MAX_DELAY_SECONDS),
-    for the reattach_window from the first loss, and never past the call's
-    own `timeout` (seconds, from now). A dispatch lost before its Accepted
-    came (errors.may_have_been_accepted) is attached to once: if that finds
-    no job (or no worker), the dispatch's own error stands."""
+    for the reattach_window from each loss, and never past the call's own
+    `timeout` (seconds, from now). A dispatch lost before its Accepted came
+    (errors.may_have_been_accepted) is attached to, to see whether it
+    started (again while that attach is itself lost on the way): if it
+    finds no job (or no worker), the dispatch's own error stands. Once the
+    job started, running out of attaches is OutcomeUnknown, not a transient
+    error."""
 
     def __init__(self, detach_grace: float, timeout: Optional[float],
                  enabled: bool = True) -> None:
         self._deadline = (None if timeout is None
                           else time.monotonic() + timeout)
         self._window = reattach_window(detach_grace)
-        self._give_up: Optional[float] = None
+        self._give_up = 0.0
         self._delay = RETRY_INITIAL_DELAY_SECONDS
         self._enabled = enabled
         self._unanswered: Optional[errors.WorkerError] = None
         self.rpc = "dispatch"  # the call that failed last
 
-    def delay_after(self, error: errors.WorkerError, started: bool) -> float:
-        """Seconds to wait before attaching again after `error` (`started`:
-        whether any call was accepted or attached), or raises the error
-        that ends the dispatch: `error`, or the dispatch's own when the
-        attach that looked for its job found none."""
-        unanswered, self._unanswered = self._unanswered, None
-        if unanswered is not None and not started:
-            raise unanswered from None
+    def delay_after(self, error: errors.WorkerError) -> float:
+        """Seconds to wait before attaching again after `error`, or raises
+        the error that ends the dispatch."""
         if not self._enabled:
             raise error
+        before_attached = not isinstance(
+            error, (errors.OutcomeUnknown, errors.AcceptedDeadlineExceeded))
+        probe_lost = (self._unanswered is not None and before_attached and
+                      isinstance(error, errors.TransientRpcError) and
+                      errors.lost_on_the_way(error))
+        if self._unanswered is not None and before_attached and \
+                not probe_lost:
+            raise self._unanswered from None
+        first_loss = errors.may_have_been_accepted(error, self.rpc)
+        if not first_loss and not probe_lost:
+            self._unanswered = None
+            if not worth_attaching(error, self.rpc):
+                raise self._final(error)
         now = time.monotonic()
-        if errors.may_have_been_accepted(error, self.rpc):
+        if first_loss:
             self._unanswered = error
-        elif not worth_attaching(error, self.rpc):
-            raise error
-        if self._give_up is None:
+        if first_loss or isinstance(error, errors.OutcomeUnknown):
+            # Each loss starts the window and the schedule again.
             self._give_up = now + self._window
             if self._deadline is not None:
                 self._give_up = min(self._give_up, self._deadline)
+            self._delay = RETRY_INITIAL_DELAY_SECONDS
         delay, self._delay = self._delay, min(self._delay * 2,
                                           RETRY_MAX_DELAY_SECONDS)
         if now + delay >= self._give_up:
-            raise self._unanswered or error
+            raise self._final(error)
         self.rpc = "attach"
         return delay
+
+    def _final(self, error: errors.WorkerError) -> errors.WorkerError:
+        """`error`, or, for a transient failure of an attach (the job had
+        started, or may have), OutcomeUnknown: not "nothing started"."""
+        if self.rpc == "attach" and isinstance(error, errors.TransientRpcError):
+            return errors.OutcomeUnknown(error.details, error.code)
+        return error
 
     def timeout(self) -> Optional[float]:
         """What is left of the call's timeout, for the next attach."""

@@ -213,7 +213,7 @@ class AsyncWorkerConnection(Stubs):
                     pass
                 return reader.result()
             except errors.WorkerError as e:
-                delay = policy.delay_after(e, reader.started)
+                delay = policy.delay_after(e)
             await asyncio.sleep(delay)
             events = self._attach_events(request.job_id, reader.offsets,
                                          reader, policy.timeout())

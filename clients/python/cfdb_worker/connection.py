@@ -189,8 +189,11 @@ class WorkerConnection(Stubs):
         again from the offsets it got to, with a backoff (0.5 s doubling to
         10 s), for the job's detach grace (at least 10 s, a minute without
         limit) and within `timeout`: the job's own end comes back, not
-        the lost stream. A stream lost before Accepted came is attached to
-        once: TransientRpcError only when no job of its id is there.
+        the lost stream. A stream lost on the way before Accepted came is
+        attached to as well, to see whether the job started:
+        TransientRpcError only when no job of its id is there (or no worker
+        answers). Once the job started, running out of attaches is
+        OutcomeUnknown.
         Without reattach=False, OutcomeUnknown remains
         only for a worker that is really gone (or NotFound: one that no
         longer knows the job, e.g. restarted)."""
@@ -207,7 +210,7 @@ class WorkerConnection(Stubs):
                     pass
                 return reader.result()
             except errors.WorkerError as e:
-                delay = policy.delay_after(e, reader.started)
+                delay = policy.delay_after(e)
             time.sleep(delay)
             events = self._attach_events(request.job_id, reader.offsets,
                                          reader, policy.timeout())

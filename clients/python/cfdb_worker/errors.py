@@ -179,16 +179,24 @@ def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
     return cls
 
 
+def lost_on_the_way(error: WorkerError) -> bool:
+    """Whether a failed call (UNAVAILABLE, CANCELLED, UNKNOWN, INTERNAL) has
+    gRPC's message for a transport that broke under it, as the C++ LostOnTheWay (include/cfdb/worker/errors.h): not
+    "failed to connect", nor "GOAWAY received", whose streams the worker
+    never processed; not the worker's own answers ("worker is stopping", a
+    full docket)."""
+    C = grpc.StatusCode
+    return (error.code in (C.UNAVAILABLE, C.CANCELLED, C.UNKNOWN,
+                           C.INTERNAL) and
+            _mentions(error.details, _TRANSPORT_WORDS) and
+            not _mentions(error.details, ("failed to connect", "goaway")))
+
+
 def may_have_been_accepted(error: WorkerError, rpc: str) -> bool:
     """Whether a dispatch that failed before its Accepted came may have been
-    accepted all the same, as the C++ MayHaveBeenAccepted
-    (include/cfdb/worker/errors.h): the transport broke under the call (a
-    transient error in gRPC's words for a lost connection; not "failed to
-    connect", nor "GOAWAY received", whose streams the worker never
-    processed), possibly with the Accepted on its way back; not the
-    worker's own answers ("worker is stopping", a full docket). One attach
-    finds out: NotFound means it never ran."""
+    accepted all the same, as the C++ MayHaveBeenAccepted: a transient
+    error lost on the way (lost_on_the_way), possibly with the Accepted on
+    its way back. Attaching finds out: NotFound means no job of its id is
+    there."""
     return (rpc == "dispatch" and type(error) is TransientRpcError
-            and _mentions(error.details, _TRANSPORT_WORDS)
-            and not _mentions(error.details, ("failed to connect",
-                                              "goaway")))
+            and lost_on_the_way(error))

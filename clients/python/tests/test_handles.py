@@ -206,7 +206,7 @@ class PlaintextTests(HandleTests):
         self.assertEqual(result.exit_code, 5)
         self.assertEqual(result.stdout, SEQ + b"late\n")
 
-    def test_without_reattach_a_lost_connection_is_outcome_unknown(self):
+    def test_a_stream_lost_after_accepted_is_outcome_unknown(self):
         proxy = TcpProxy(self.worker.port)
         self.addCleanup(proxy.close)
         with self.open(proxy.address) as c:

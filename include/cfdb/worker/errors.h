@@ -45,7 +45,8 @@ enum class ErrorKind {
   // message). Retrying, here later or on another worker, may work. A
   // Dispatch lost on the way may have been accepted all the same
   // (MayHaveBeenAccepted): the clients' dispatch attach to find out, and
-  // say kTransient only when no job of its id is there.
+  // say kTransient only when no job of its id is there (or no worker
+  // answers).
   kTransient,
   // A transient error with TLS evidence: UNAUTHENTICATED, or UNAVAILABLE
   // whose message names TLS, SSL, a certificate, the handshake or a failed
@@ -101,16 +102,22 @@ bool Accepted(const absl::Status& status);
 // where the call did not start anything and may be retried.
 bool IsTransient(ErrorKind kind);
 
-// MayHaveBeenAccepted says whether a Dispatch (or DispatchStream) that
-// failed before its Accepted came may have been accepted all the same: the
-// transport broke under the call (a transient error whose message is
-// gRPC's for a lost connection, "Socket closed", "Stream removed", ...;
+// LostOnTheWay says whether a failed call (UNAVAILABLE, CANCELLED,
+// UNKNOWN or INTERNAL) has gRPC's message for a transport that broke under
+// it ("Socket closed", "Stream removed", ...):
 // not "failed to connect", nor "GOAWAY received", whose streams the worker
-// never processed), possibly with the Accepted on its way back. Not the
-// worker's own answers (UNAVAILABLE "worker is stopping", a full docket), which
-// say that nothing started. Attaching to the job's id finds out: NOT_FOUND
-// means it never ran, and resending it is safe. Both clients' dispatch do so
-// once.
+// never processed. The worker's own answers ("worker is stopping", a full
+// docket) are not.
+bool LostOnTheWay(const absl::Status& status);
+
+// MayHaveBeenAccepted says whether a Dispatch (or DispatchStream) that
+// failed before its Accepted came may have been accepted all the same: a
+// transient failure lost on the way (LostOnTheWay), possibly with the
+// Accepted on its way back. Attaching to the job's id finds out: NOT_FOUND
+// means no job of that id is there (it never ran, or, with no result kept,
+// --job-result-ttl-seconds 0, it has ended; or the worker restarted).
+// Both clients' dispatch attach to see, again while that attach is itself
+// lost on the way.
 bool MayHaveBeenAccepted(Rpc rpc, const absl::Status& status);
 
 // Each kind's name, exit code and meaning come from one table (errors.cc);
