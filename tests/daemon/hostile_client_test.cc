@@ -212,8 +212,12 @@ TEST(HostileClientTest, ALongFieldStaysInvalidArgument) {
 TEST(HostileClientTest, ADocketFullFloodIsLoggedWithACount) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--max-concurrent-tasks", "1"});
   auto connection = WorkerConnection::Open(daemon.address());
-  test_support::BackgroundDispatch busy(
-      daemon.address(), ExecRequest({"sleep", "3"}), seconds(30));
+  // Busy until the flood is over, however slow the machine (a 3 s job
+  // ended under the flood of an ASan build at ctest -j6): then cancelled.
+  JobRequest busy_request = ExecRequest({"sleep", "120"});
+  busy_request.job_id = "busy";
+  test_support::BackgroundDispatch busy(daemon.address(), busy_request,
+                                        seconds(150));
   int refused = 0;
   for (int i = 0; i < 500; ++i) {
     JobRequest r = ExecRequest({"true"});
@@ -221,6 +225,7 @@ TEST(HostileClientTest, ADocketFullFloodIsLoggedWithACount) {
     refused += absl::IsResourceExhausted(
         (*connection)->Dispatch(r, {}, seconds(5)).status());
   }
+  EXPECT_TRUE((*connection)->Cancel("busy", seconds(0), seconds(30)).ok());
   (void)busy.Outcome();
   EXPECT_EQ(refused, 500);
   const std::string log = daemon.log();
