@@ -277,10 +277,12 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   std::optional<absl::Status> unanswered;  // the dispatch's, while probing
   while (!outcome.ok()) {
     const absl::Status& status = outcome.status();
-    const bool probe_lost = unanswered && !Accepted(status) &&
+    // The attach that looks for the job has not reached it (yet).
+    const bool probing = unanswered && !Accepted(status);
+    const bool probe_lost = probing &&
                             IsTransient(ClassifyError(rpc, status)) &&
                             LostOnTheWay(status);
-    if (unanswered && !Accepted(status) && !probe_lost) {
+    if (probing && !probe_lost) {
       outcome = *std::move(unanswered);
       rpc = Rpc::kDispatch;
       break;

@@ -688,7 +688,8 @@ class Reattach:
     def _final(self, error: errors.WorkerError) -> errors.WorkerError:
         """`error`, or, for a transient failure of an attach (the job had
         started, or may have), OutcomeUnknown: not "nothing started"."""
-        if self.rpc == "attach" and isinstance(error, errors.TransientRpcError):
+        if self.rpc == "attach" and isinstance(error,
+                                               errors.TransientRpcError):
             return errors.OutcomeUnknown(error.details, error.code)
         return error
 

@@ -192,11 +192,9 @@ class WorkerConnection(Stubs):
         the lost stream. A stream lost on the way before Accepted came is
         attached to as well, to see whether the job started:
         TransientRpcError only when no job of its id is there (or no worker
-        answers). Once the job started, running out of attaches is
-        OutcomeUnknown.
-        Without reattach=False, OutcomeUnknown remains
-        only for a worker that is really gone (or NotFound: one that no
-        longer knows the job, e.g. restarted)."""
+        answers). Without reattach=False, OutcomeUnknown remains only for a
+        worker that is really gone, once the job started (or NotFound: one
+        that no longer knows the job, e.g. restarted)."""
         request, source = job_request(argv, env, cwd, stdin, time_limit,
                                       job_id, payload, kind, detach_grace,
                                       attach_if_exists, drop_oldest)

@@ -181,10 +181,10 @@ def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
 
 def lost_on_the_way(error: WorkerError) -> bool:
     """Whether a failed call (UNAVAILABLE, CANCELLED, UNKNOWN, INTERNAL) has
-    gRPC's message for a transport that broke under it, as the C++ LostOnTheWay (include/cfdb/worker/errors.h): not
-    "failed to connect", nor "GOAWAY received", whose streams the worker
-    never processed; not the worker's own answers ("worker is stopping", a
-    full docket)."""
+    gRPC's message for a transport that broke under it, as the C++
+    LostOnTheWay (include/cfdb/worker/errors.h): not "failed to connect",
+    nor "GOAWAY received", whose streams the worker never processed; not
+    the worker's own answers ("worker is stopping", a full docket)."""
     C = grpc.StatusCode
     return (error.code in (C.UNAVAILABLE, C.CANCELLED, C.UNKNOWN,
                            C.INTERNAL) and
