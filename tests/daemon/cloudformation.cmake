@@ -19,4 +19,5 @@ target_compile_definitions(cloudformation_test PRIVATE
 target_link_libraries(cloudformation_test PRIVATE
   cfdb_worker_daemon GTest::gmock_main yaml-cpp nlohmann_json::nlohmann_json)
 cfdb_reuse_pch(cloudformation_test cfdb_test_pch)
-gtest_discover_tests(cloudformation_test DISCOVERY_TIMEOUT 30)
+gtest_discover_tests(cloudformation_test DISCOVERY_TIMEOUT 30
+  PROPERTIES TIMEOUT ${CFDB_CASE_TIMEOUT})

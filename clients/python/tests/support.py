@@ -1,6 +1,7 @@
 """Real workers for the tests: the cfdb-worker binary (CFDB_WORKER_BINARY)
 started on a free port, and a test PKI made with the openssl command."""
 import asyncio
+import faulthandler
 import os
 import re
 import shutil
@@ -12,6 +13,26 @@ import threading
 import time
 
 BINARY = os.environ.get("CFDB_WORKER_BINARY", "build/cfdb-worker")
+
+# Every worker a test started and has not killed yet.
+_LIVE_WORKERS = set()
+
+
+def _watchdog():
+    """A suite that hangs prints every thread's stack, kills its workers
+    and ends, before ctest's bound would end it without a word (and leave
+    its workers running)."""
+    faulthandler.dump_traceback(all_threads=True)
+    for process in list(_LIVE_WORKERS):
+        process.kill()
+    os._exit(1)
+
+
+if os.environ.get("CFDB_TEST_WATCHDOG_SECONDS"):  # tests/CMakeLists.txt
+    _timer = threading.Timer(
+        float(os.environ["CFDB_TEST_WATCHDOG_SECONDS"]), _watchdog)
+    _timer.daemon = True
+    _timer.start()
 
 
 class Worker:
@@ -27,6 +48,7 @@ class Worker:
              "--max-lifetime-jitter-seconds", "0", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True)
+        _LIVE_WORKERS.add(self.process)
         self.log = ""
         self._listening = threading.Event()
         self.port = None
@@ -57,6 +79,7 @@ class Worker:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        _LIVE_WORKERS.discard(self.process)
         self._reader.join(5)
 
 

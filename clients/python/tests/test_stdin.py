@@ -61,8 +61,10 @@ class StdinTests:
                 from_iterable = c.dispatch(["cat"], stdin=iter(pieces))
                 from_pipe = c.dispatch(["cat"], stdin=read_end)
         finally:
-            feeder.join()
+            # Closed first: a feeder nobody reads from (the first dispatch
+            # failed) gets EPIPE instead of waiting for a reader forever.
             os.close(read_end)
+            feeder.join()
         self.assertEqual(from_iterable.stdout, data)
         self.assertEqual(from_pipe.stdout, data)
 
