@@ -232,16 +232,25 @@ TEST_P(TransportTest, AJobOutlivesItsCallerAndIsReadAgainAndCancelled) {
   for (const std::string& flag : ClientFlags(daemon))
     absl::StrAppend(&flags, " '", flag, "'");
   const std::string b = absl::StrCat("'", test_support::Binary(), "'");
-  // The shell waits for the job to be listed, kills its dispatch, then
-  // attaches from another process.
+  // The shell waits for the job to be listed with its dispatch attached
+  // (which lasts until the job is let go: a poll, a process of its own, may
+  // take longer than a second under ASan at ctest -j6, and a job that ended
+  // before one saw it left the loop waiting for ever), kills its dispatch,
+  // lets the job end and attaches from another process; it gives up after
+  // 600 polls.
+  const std::string go = dir_.path("go");
   const std::string script = absl::StrCat(
       b, " dispatch", flags,
       " --job-id handle --detach-grace-seconds -1 -- sh -c 'seq 1 20000; "
-      "sleep 1; exit 3' >/dev/null & p=$!; until ",
-      b, " jobs", flags, " | grep -q '^handle .* yes'; do sleep 0.05; done; ",
-      "kill -9 $p; ", b, " attach", flags, " handle; echo exit=$?; ", b,
-      " jobs", flags, " --format json");
-  CollectingJob handle(ExecRequest({"sh", "-c", script}));
+      "until [ -e ",
+      go, " ]; do sleep 0.05; done; exit 3' >/dev/null & p=$!; n=0; until ", b,
+      " jobs", flags, " | grep -q '^handle .* yes'; do n=$((n+1)); ",
+      "[ $n -lt 600 ] || exit 9; sleep 0.05; done; kill -9 $p; touch ", go,
+      "; ", b, " attach", flags, " handle; echo exit=$?; ", b, " jobs", flags,
+      " --format json");
+  JobRequest request = ExecRequest({"sh", "-c", script});
+  MutableExec(request).time_limit = seconds(120);
+  CollectingJob handle(request);
   ASSERT_EQ(RunExec(handle), JobOutcome::Exited(0)) << handle.err();
   std::string numbers;
   for (int i = 1; i <= 20000; ++i) absl::StrAppend(&numbers, i, "\n");

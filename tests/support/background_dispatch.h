@@ -20,14 +20,15 @@
 namespace cfdb::worker::test_support {
 
 // BackgroundDispatch dispatches `request` to the worker at `address` (a
-// call bounded by `timeout`, if set) and returns from its constructor once
-// the worker accepted the job; a call that ends without acceptance, or 30 s
-// without it, fails the test. Not thread-safe; joins its thread when
-// destroyed.
+// call bounded by `timeout`: a test that fails before its job ends, e.g. an
+// endless one it would have cancelled, fails in that time instead of
+// waiting for ever) and returns from its constructor once the worker
+// accepted the job; a call that ends without acceptance, or 30 s without
+// it, fails the test. Not thread-safe; joins its thread when destroyed.
 class BackgroundDispatch {
  public:
   BackgroundDispatch(const std::string& address, JobRequest request,
-                     std::optional<Duration> timeout = std::nullopt) {
+                     Duration timeout = std::chrono::seconds(120)) {
     thread_ = std::thread([this, address, request, timeout] {
       absl::StatusOr<std::unique_ptr<WorkerConnection>> connection =
           WorkerConnection::Open(address);

@@ -82,7 +82,7 @@ class AioTest(unittest.IsolatedAsyncioTestCase):
         task = asyncio.create_task(self.c.dispatch(
             ["/bin/sh", "-c", "echo up; cat >/dev/null"], job_id="upload",
             stdin=slow(), detach_grace=30))
-        await sent.wait()
+        await asyncio.wait_for(sent.wait(), 60)  # not if nothing is read
         await self.cancel_once_written(task, "upload")
 
         async def ended():

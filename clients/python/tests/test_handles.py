@@ -114,7 +114,8 @@ class HandleTests:
             job = pool.submit(c.dispatch, [
                 "/bin/sh", "-c",
                 "trap 'exit 3' TERM; echo ready; "
-                "while :; do sleep 0.05; done"], job_id="trapper")
+                "while :; do sleep 0.05; done"], job_id="trapper",
+                time_limit=120)  # ends if the test fails before its cancel
             self.assertTrue(wait_for(lambda: any(
                 j.job_id == "trapper" and j.written.stdout > 0
                 for j in c.jobs())), "the trap is set")
