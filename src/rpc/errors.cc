@@ -39,11 +39,13 @@ bool HasSizeLimitEvidence(const absl::Status& status) {
 }
 
 // The transport broke under the call; gRPC reports that as UNKNOWN or
-// INTERNAL at times ("Stream removed", "Socket closed", "Broken pipe").
+// INTERNAL at times ("Stream removed", "Socket closed", "Broken pipe"), and
+// a connection whose pings went unanswered as "keepalive watchdog timeout".
 bool HasTransportEvidence(const absl::Status& status) {
   return MentionsAny(
-      status, {"stream removed", "socket closed", "connection", "broken pipe",
-               "goaway", "transport", "end of file", "cancelling all calls"});
+      status,
+      {"stream removed", "socket closed", "connection", "broken pipe", "goaway",
+       "transport", "end of file", "cancelling all calls", "keepalive"});
 }
 
 ErrorKind AfterAccepted(const absl::Status& status) {

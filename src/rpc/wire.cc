@@ -1,6 +1,7 @@
 #include "rpc/wire.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "cfdb/worker/drain.h"
@@ -315,6 +316,14 @@ void SetChannelArguments(const Credentials& credentials,
   // A fixed receive window: what a lagging reader makes the client hold.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kClientReceiveWindowBytes);
+  // Keepalive (limits.h): a dead or silent connection ends its calls.
+  using std::chrono::milliseconds;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(milliseconds(kClientKeepaliveTime).count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(milliseconds(kClientKeepaliveTimeout).count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Verify the worker by its fixed identity, not the address it has today.
   if (credentials.kind == Credentials::Kind::kMutualTls &&
       !credentials.identity.empty()) {

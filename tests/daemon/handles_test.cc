@@ -173,6 +173,32 @@ TEST_F(HeldRepliesTest,
   EXPECT_THAT(dispatch_->err(), ::testing::HasSubstr("attempt 1 of 2 failed"));
 }
 
+// A worker that stops answering (SIGSTOPped once it accepted the job: as
+// a host that vanished, or a connection whose replies stop on the way)
+// ends the client's call by the client's own keepalive (limits.h: a ping
+// unanswered for 10 s after 30 s without traffic); the worker, stopped,
+// cannot end it. Before, the call waited until its deadline, and without
+// one for ever.
+TEST(KeepaliveLossTest, ACallToAWorkerThatStopsAnsweringEndsByKeepalive) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  ASSERT_GT(daemon.pid(), 0) << daemon.log();
+  auto connection = WorkerConnection::Open(daemon.address());
+  ASSERT_TRUE(connection.ok());
+  DispatchCallbacks callbacks;
+  callbacks.on_accepted = [&] { kill(daemon.pid(), SIGSTOP); };
+  const absl::StatusOr<JobOutcome> outcome =
+      (*connection)
+          ->Dispatch(ExecRequest({"sleep", "120"}), callbacks, seconds(120));
+  kill(daemon.pid(), SIGCONT);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_TRUE(absl::IsUnavailable(outcome.status())) << outcome.status();
+  EXPECT_THAT(std::string(outcome.status().message()),
+              ::testing::HasSubstr("keepalive"));
+  EXPECT_EQ(ClassifyError(Rpc::kDispatch, outcome.status()),
+            ErrorKind::kOutcomeUnknown)
+      << outcome.status();
+}
+
 // A worker and a client in this process, restarted once stopped.
 class ServedWorker {
  public:

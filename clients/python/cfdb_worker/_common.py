@@ -32,6 +32,9 @@ REATTACH_UNLIMITED_WINDOW_SECONDS = 60.0
 # stdin given as bytes up to this size goes whole in the request (Dispatch,
 # which every worker serves); more is streamed (DispatchStream).
 WHOLE_STDIN_BYTES = 1 << 20
+# Keepalive (limits.h's kClientKeepaliveTime, kClientKeepaliveTimeout).
+KEEPALIVE_TIME_SECONDS = 30.0
+KEEPALIVE_TIMEOUT_SECONDS = 10.0
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _SERVING = 1  # grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING
 
@@ -48,8 +51,8 @@ _SERVING = 1  # grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING
 DEFAULT_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.enable_retries", 0),
-    ("grpc.keepalive_time_ms", 30000),
-    ("grpc.keepalive_timeout_ms", 10000),
+    ("grpc.keepalive_time_ms", int(KEEPALIVE_TIME_SECONDS * 1000)),
+    ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_SECONDS * 1000)),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 )

@@ -128,7 +128,7 @@ _TLS_WORDS = ("tls", "ssl", "certificate", "handshake", "verification",
 _SIZE_WORDS = ("larger than max", "exceeds limit", "more than the limit")
 _TRANSPORT_WORDS = ("stream removed", "socket closed", "connection",
                     "broken pipe", "goaway", "transport", "end of file",
-                    "cancelling all calls")
+                    "cancelling all calls", "keepalive")
 
 
 def classify(rpc: str, error: BaseException,

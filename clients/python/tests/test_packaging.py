@@ -29,6 +29,8 @@ REPEATED = {
     "kRetryMaxDelay": "RETRY_MAX_DELAY_SECONDS",
     "kReattachMinWindow": "REATTACH_MIN_WINDOW_SECONDS",
     "kReattachUnlimitedWindow": "REATTACH_UNLIMITED_WINDOW_SECONDS",
+    "kClientKeepaliveTime": "KEEPALIVE_TIME_SECONDS",
+    "kClientKeepaliveTimeout": "KEEPALIVE_TIMEOUT_SECONDS",
 }
 _CHRONO_SECONDS = {"std::chrono::milliseconds": 0.001,
                    "std::chrono::seconds": 1, "std::chrono::minutes": 60}

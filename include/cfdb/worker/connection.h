@@ -76,7 +76,10 @@ struct ConnectionOptions {
 // WorkerConnection talks to one worker. Channels are pooled process-wide by
 // (target, credentials): connections to the same worker share one channel
 // (unless ConnectionOptions::own_connection). Safe for concurrent use. Each
-// call blocks until its reply or its deadline.
+// call blocks until its reply or its deadline, or until the channel's
+// keepalive gives the connection up (kClientKeepaliveTime,
+// kClientKeepaliveTimeout in limits.h: UNAVAILABLE, "keepalive watchdog
+// timeout", a loss on the way: MayHaveBeenAccepted in errors.h).
 class WorkerConnection final {
  public:
   // Open makes a connection to `target` ("host:port", or "unix:PATH" for a

@@ -66,4 +66,14 @@ inline constexpr std::chrono::seconds kRetryMaxDelay{10};
 inline constexpr std::chrono::seconds kReattachMinWindow{10};
 inline constexpr std::chrono::seconds kReattachUnlimitedWindow{60};
 
+// Our clients ping a connection after kClientKeepaliveTime without
+// traffic, with or without calls, and give it up once a ping is
+// unanswered for kClientKeepaliveTimeout: a call to a worker whose host
+// vanished, or whose replies stopped on the way, ends (UNAVAILABLE,
+// "keepalive watchdog timeout") instead of waiting for ever, and a job
+// silent for hours keeps its connection through NATs that drop idle flows.
+// A worker accepts a ping every kMinClientPingInterval (server.h).
+inline constexpr std::chrono::seconds kClientKeepaliveTime{30};
+inline constexpr std::chrono::seconds kClientKeepaliveTimeout{10};
+
 }  // namespace cfdb::worker
