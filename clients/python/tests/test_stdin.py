@@ -113,8 +113,9 @@ class StdinTests:
                         kinds.index(cfdb_worker.Exit))
         self.assertEqual(rest[-1], cfdb_worker.Exit(code=0))
         # While the job read nothing, the client read only a bounded
-        # window of its source: gRPC's flow control windows and a chunk or
-        # two (about 8 MiB measured), however much the source could give.
+        # window of its source: the worker's fixed receive window (limits.h,
+        # 8 MiB), the job's pipe and a chunk or two (10 MiB measured),
+        # however much the source could give.
         self.assertLess(held, 16 << 20)
 
     def test_a_source_that_fails_cancels_the_job(self):
