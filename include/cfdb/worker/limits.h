@@ -53,16 +53,6 @@ inline constexpr std::size_t kOutboxBytes = std::size_t{256} << 10;
 // 4 MiB a round trip is 4 GB/s at 1 ms, a network within one region.
 inline constexpr int kClientReceiveWindowBytes = 4 << 20;
 
-// kWorkerReceiveWindowBytes is each call's HTTP/2 receive window in the
-// worker, 8 MiB, fixed for the same reason: what a client sends to a job
-// that stops reading its stdin is held up by this, the job's stdin pipe
-// and a chunk or two (10 MiB measured). With gRPC's probing the window was
-// at least 4 MiB and twice the measured bandwidth-delay product, which a
-// loaded machine inflates: a client under ASan at ctest -j6 had 20 MiB of
-// its source taken. 4 MiB cost 15% more CPU on input than the probing
-// did, 8 MiB 9% (docs/PERFORMANCE.md).
-inline constexpr int kWorkerReceiveWindowBytes = 8 << 20;
-
 // A client's retries of a transient failure, and its attaches after a lost
 // stream, wait kRetryInitialDelay, doubling up to kRetryMaxDelay: short, as
 // someone is waiting.
