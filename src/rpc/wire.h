@@ -65,7 +65,8 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
     const Credentials& credentials);
 // SetChannelArguments sets message limits, a fixed receive window
-// (kClientReceiveWindowBytes) and, for mutual TLS with an identity, the name
+// (kClientReceiveWindowBytes), keepalive pings (kClientKeepaliveTime,
+// kClientKeepaliveTimeout) and, for mutual TLS with an identity, the name
 // the worker's certificate is verified against.
 void SetChannelArguments(const Credentials& credentials,
                          grpc::ChannelArguments& args);
