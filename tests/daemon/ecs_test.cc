@@ -182,7 +182,8 @@ TEST(EcsScaleInTest, AServerErrorIsRetriedAndEndsEnabled) {
 // reached the agent: a job that ended before the protection's thread woke
 // would rightly cost no call at all (the latest state wins).
 TEST(EcsScaleInTest, AHangingAgentDelaysNothingAndTheLatestStateWins) {
-  FakeAgent agent({"--hang-first", "3"});
+  // Under the agent call's 5 s timeout (kAgentCallTimeout).
+  FakeAgent agent({"--hang-first", "4.5"});
   Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection",
                  "--ecs-protection-hold-seconds", "0"},
                 WithAgent(agent));
@@ -200,8 +201,8 @@ TEST(EcsScaleInTest, AHangingAgentDelaysNothingAndTheLatestStateWins) {
   std::ofstream(go).put('\n');
   job.join();
   EXPECT_TRUE((*connection).IdleTime(seconds(5)).ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(2))
-      << "the 3 s hang held up the job or Idle";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(3))
+      << "the 4.5 s hang held up the job or Idle";
   EXPECT_TRUE(agent.Requests().empty()) << "still hanging";
   ASSERT_TRUE(agent.WaitForRequests(2)) << daemon.log();
   EXPECT_EQ(agent.Requests()[0]["body"]["ProtectionEnabled"], true);

@@ -323,8 +323,8 @@ TEST_F(ScaleInProtectionTest, AHangingAgentHoldsNothingAndTheLatestStateWins) {
   const auto before = std::chrono::steady_clock::now();
   Set(*protection, false);
   Set(*protection, true);
-  EXPECT_LT(std::chrono::steady_clock::now() - before, milliseconds(500))
-      << "the listener did not wait for the agent";
+  EXPECT_LT(std::chrono::steady_clock::now() - before, seconds(5))
+      << "the listener waited for the agent (it holds until released)";
   {
     absl::MutexLock lock(&shared_.mu);
     shared_.hold = false;
@@ -349,7 +349,8 @@ TEST_F(ScaleInProtectionTest, ShutdownDuringARetryWaitIsImmediate) {
                                     seconds(10)));  // in the 2 s wait now
   const auto before = std::chrono::steady_clock::now();
   protection.reset();
-  EXPECT_LT(std::chrono::steady_clock::now() - before, milliseconds(500));
+  // Not the rest of the 2 s wait.
+  EXPECT_LT(std::chrono::steady_clock::now() - before, seconds(1));
 }
 
 }  // namespace

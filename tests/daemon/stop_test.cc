@@ -305,8 +305,13 @@ TEST_P(ComposeDaemonTest, TheDrainEndsAtTheEarliestDeadline) {
   const double second_deadline = ToSeconds(second_at - first_at) + second_grace;
   const bool second_wins = second_deadline < first_deadline;
   const double expected = std::min(first_deadline, second_deadline);
-  EXPECT_NEAR(ended, expected, 0.5) << "first deadline " << first_deadline
-                                    << " s, second " << second_deadline << " s";
+  // Not before the deadline, and after it by less than half the smallest
+  // gap between the two deadlines of any row (3 s): the exit, LSan's leak
+  // check under ASan and a loaded machine take their share of that.
+  EXPECT_GT(ended, expected - 0.5) << "first deadline " << first_deadline
+                                   << " s, second " << second_deadline << " s";
+  EXPECT_LT(ended, expected + 1.5) << "first deadline " << first_deadline
+                                   << " s, second " << second_deadline << " s";
 
   // The short job (1.5 s) finishes by itself unless the deadline comes
   // before it does; the long one is cancelled at the deadline.
@@ -481,7 +486,8 @@ TEST(StalledReaderTest, IsNeverToldToRetryAndTheWorkerStillExits) {
   absl::StatusOr<StopSummary> stopped = (*stopper)->Stop(seconds(2), kTimeout);
   EXPECT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0));
-  EXPECT_LT(Since(stop_at), 2 + 5 + 2.0) << "grace + open-call wait + margin";
+  EXPECT_LT(Since(stop_at), 2 + 5 + 3.0 * test_support::kSanitizerSlowdown)
+      << "grace + open-call wait + margin";
   resume.Notify();
   reader.join();
   if (outcome.ok()) {
@@ -536,7 +542,7 @@ TEST(HardDeathTest, JobsDieWithAWorkerKilledOutright) {
   ASSERT_EQ(kill(daemon.pid(), SIGKILL), 0);
   const TimePoint killed = Now();
   EXPECT_TRUE(
-      WaitFor([&] { return LiveProcesses(groups).empty(); }, seconds(1)))
+      WaitFor([&] { return LiveProcesses(groups).empty(); }, seconds(10)))
       << LiveProcesses(groups).size() << " processes of the jobs left";
   std::cout << "jobs gone " << Since(killed) << " s after SIGKILL\n";
   daemon.Wait();

@@ -111,7 +111,8 @@ TEST_F(KeepaliveTest, AClientThatVanishesHasItsJobCancelled) {
       << "the job is still in flight";
   const double took = ToSeconds(Now() - stopped);
   std::cout << "job cancelled " << took << " s after its client stopped\n";
-  EXPECT_LT(took, 1 + 1 + 3.0) << "keepalive time + timeout + margin";
+  // Cancelled by keepalive, well before the wait above gives up.
+  EXPECT_LT(took, 1 + 1 + 8.0) << "keepalive time + timeout + margin";
   kill(pid, SIGKILL);
   runner.join();
 }

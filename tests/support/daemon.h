@@ -17,6 +17,7 @@
 #include "cfdb/worker/exec.h"
 #include "gtest/gtest.h"
 #include "support/loopback.h"
+#include "support/slowdown.h"
 #include "support/test_job.h"
 
 namespace cfdb::worker::test_support {
@@ -35,17 +36,6 @@ inline JobRequest Command(std::vector<std::string> args,
   MutableExec(request).time_limit = std::chrono::seconds(60);
   return request;
 }
-
-// kSanitizerSlowdown is how many times a latency bound is stretched in
-// this build: an ASan build runs the same code several times slower, and a
-// bound the docs promise of the production build is checked there as it
-// is (gRPC's own tests scale their deadlines the same way:
-// grpc_test_slowdown_factor).
-#if defined(CFDB_ASAN)
-inline constexpr int kSanitizerSlowdown = 3;
-#else
-inline constexpr int kSanitizerSlowdown = 1;
-#endif
 
 // HeapLikeProduction wraps the daemon so that, under ASan, its heap is
 // measured rather than ASan's: freed blocks wait in ASan's quarantine

@@ -33,6 +33,11 @@ if os.environ.get("CFDB_TEST_WATCHDOG_SECONDS"):  # tests/CMakeLists.txt
         float(os.environ["CFDB_TEST_WATCHDOG_SECONDS"]), _watchdog)
     _timer.daemon = True
     _timer.start()
+    # The backstop, should the timer never get the GIL (a call into C that
+    # holds it): faulthandler's own thread dumps the stacks and exits 30 s
+    # later, still before ctest's bound. It cannot kill the workers.
+    faulthandler.dump_traceback_later(
+        float(os.environ["CFDB_TEST_WATCHDOG_SECONDS"]) + 30, exit=True)
 
 
 class Worker:

@@ -30,7 +30,9 @@ class RetirementRace:
             finally:
                 worker.kill()
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            if took > TIMEOUT + 1:
+            # Past its deadline by more than a loaded machine's lag, short
+            # of the join's bound (dispatch_at) that calls it hung.
+            if took > TIMEOUT + 3:
                 late.append((i, outcome, round(took, 3)))
         self.assertEqual(late, [], "calls that ended past their deadline")
         self.assertLessEqual(set(outcomes), {"ran", "TransientRpcError"},
