@@ -95,10 +95,10 @@ TEST(EcsScaleInTest, OverlappingJobsMakeOneEnableAndOneDisable) {
                 WithAgent(agent));
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection = Connect(daemon);
-  std::thread first([&] { RunJob(*connection, {"sleep", "1"}); });
+  std::thread first([&] { RunJob(*connection, {"sleep", "3"}); });
   ASSERT_TRUE(test_support::WaitFor(
       [&] { return connection->IdleTime(seconds(1)).value_or(1) == 0; }));
-  std::thread second([&] { RunJob(*connection, {"sleep", "1"}); });
+  std::thread second([&] { RunJob(*connection, {"sleep", "3"}); });
   first.join();
   second.join();
   ASSERT_TRUE(agent.WaitForRequests(2)) << daemon.log();

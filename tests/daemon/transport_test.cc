@@ -140,7 +140,7 @@ TEST_P(TransportTest, IdleDispatchAndStopKeepTheirContract) {
 
   std::thread job([&] {
     EXPECT_TRUE(ExitedZero(
-        (*connection)->Dispatch(ExecRequest({"sleep", "1"}), {}, seconds(30))))
+        (*connection)->Dispatch(ExecRequest({"sleep", "3"}), {}, seconds(30))))
         << "drained, not cancelled";
   });
   ASSERT_TRUE(test_support::WaitFor([&] {
@@ -470,7 +470,7 @@ TEST(WoolCompatTest, IdleAndStopUnderWoolsNames) {
   auto connection = WorkerConnection::Open(daemon.address());
   std::thread job([&] {
     EXPECT_TRUE(ExitedZero(
-        (*connection)->Dispatch(ExecRequest({"sleep", "1"}), {}, seconds(30))));
+        (*connection)->Dispatch(ExecRequest({"sleep", "3"}), {}, seconds(30))));
   });
   ASSERT_TRUE(test_support::WaitFor([&] {
     wool_wire::IdleTime busy;

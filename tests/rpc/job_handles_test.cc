@@ -1,6 +1,10 @@
 // Jobs as handles over a real channel: detach, attach from an offset,
 // duplicate ids, ListJobs, Cancel, the conditional stop, take-over.
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -54,17 +58,38 @@ std::string Numbers(int n) {
 
 class JobHandlesTest : public test_support::ServedWorkerTest {
  protected:
+  void TearDown() override { std::remove(go_.c_str()); }
+
   // Detached dispatches `request` with a detach grace of `grace` and leaves
-  // once it was accepted (its call ends at a short deadline).
+  // once it was accepted (its call ends at a short deadline), then lets the
+  // job past Gate() once the worker, too, sees nobody attached: output its
+  // call's stream took after the client left counts as read (it may go
+  // from the buffer before unread output; seen once: 8 KiB).
   void Detached(JobRequest request, Duration grace = Duration(-1)) {
     request.detach_grace = grace;
     Collected seen;
     absl::StatusOr<JobOutcome> outcome =
-        Connect()->Dispatch(request, seen.Callbacks(), milliseconds(300));
+        Connect()->Dispatch(request, seen.Callbacks(),
+                            seconds(1) * test_support::kSanitizerSlowdown);
     ASSERT_FALSE(outcome.ok()) << "the job should outlive its call";
     ASSERT_TRUE(seen.accepted);
     EXPECT_EQ(ClassifyError(Rpc::kDispatch, outcome.status()),
               ErrorKind::kAcceptedDeadlineExceeded);
+    ASSERT_TRUE(test_support::WaitFor([&] {
+      auto jobs = connection_->ListJobs(kTimeout);
+      if (!jobs.ok()) return false;
+      for (const JobInfo& job : *jobs) {
+        if (job.job_id == request.job_id) return !job.attached;
+      }
+      return false;
+    }));
+    std::ofstream(go_).put('\n');
+  }
+  // Gate is a shell command that waits until Detached's call has ended: so
+  // a job ends after it, and writes only once nobody is attached, however
+  // slow the machine.
+  std::string Gate() const {
+    return absl::StrCat("until [ -e '", go_, "' ]; do sleep 0.01; done");
   }
 
   // FirstJob waits until the first job listed meets `done`.
@@ -90,15 +115,20 @@ class JobHandlesTest : public test_support::ServedWorkerTest {
     return connection_->Attach(id, {}, seen.Callbacks(), kTimeout);
   }
   // ZerosLater is a job that writes `bytes` zeros once nobody is attached.
-  static JobRequest ZerosLater(int bytes) {
+  JobRequest ZerosLater(int bytes) const {
     return test_support::ExecRequest(
-        {"sh", "-c", absl::StrCat("sleep 0.5; head -c ", bytes, " /dev/zero")});
+        {"sh", "-c", absl::StrCat(Gate(), "; head -c ", bytes, " /dev/zero")});
   }
+
+  const std::string go_ =
+      absl::StrCat(::testing::TempDir(), "handles-go-", getpid());
 };
 
 TEST_F(JobHandlesTest, ADetachedJobRunsOnAndAttachGetsEveryByteAndItsCode) {
   JobRequest request = test_support::ExecRequest(
-      {"sh", "-c", "seq 1 20000; sleep 1; seq 20001 40000; exit 3"});
+      {"sh", "-c",
+       absl::StrCat("seq 1 20000; ", Gate(),
+                    "; sleep 1; seq 20001 40000; exit 3")});
   Detached(request);
   Collected seen;
   absl::StatusOr<JobOutcome> outcome = AttachAll(request.job_id, seen);
@@ -111,7 +141,7 @@ TEST_F(JobHandlesTest, ADetachedJobRunsOnAndAttachGetsEveryByteAndItsCode) {
 
 TEST_F(JobHandlesTest, AttachFromAnOffsetInTheMiddleGetsTheRestExactly) {
   JobRequest request =
-      test_support::ExecRequest({"sh", "-c", "seq 1 30000; sleep 0.5"});
+      test_support::ExecRequest({"sh", "-c", "seq 1 30000; " + Gate()});
   Detached(request);
   ASSERT_TRUE(Ended());
   const std::string all = Numbers(30000);
@@ -240,7 +270,7 @@ TEST_F(JobHandlesTest, AnUnknownJobIsNotFound) {
 
 TEST_F(JobHandlesTest, AConditionalStopIsRefusedWhileBusyAndKeepsServing) {
   test_support::BackgroundDispatch running(
-      address(), test_support::ExecRequest({"sleep", "1"}));
+      address(), test_support::ExecRequest({"sleep", "3"}));
   absl::StatusOr<StopSummary> refused =
       connection_->Stop(seconds(0), kTimeout, Duration::zero());
   ASSERT_FALSE(refused.ok());

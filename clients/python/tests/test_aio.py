@@ -5,6 +5,9 @@ cancelling the awaiting task, async iterables of stdin, asyncio.gather
 over a fleet, the async context manager."""
 import asyncio
 import hashlib
+import os
+import shutil
+import tempfile
 import unittest
 
 import cfdb_worker
@@ -132,7 +135,12 @@ class FleetTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_a_conditional_stop_of_the_idle_workers(self):
         connections = [AsyncWorkerConnection(w.address) for w in self.workers]
-        busy = asyncio.create_task(connections[0].dispatch(["sleep", "2"]))
+        # Busy until the stops are done, however slow the machine.
+        go = os.path.join(tempfile.mkdtemp(prefix="cfdb-aio-"), "go")
+        self.addCleanup(shutil.rmtree, os.path.dirname(go))
+        busy = asyncio.create_task(connections[0].dispatch(
+            ["sh", "-c", 'until [ -e "$1" ]; do sleep 0.01; done', "sh", go],
+            time_limit=120))
         self.assertTrue(await until(
             lambda: self._busy(connections[0])))
         idle = await asyncio.gather(*(c.idle() for c in connections))
@@ -143,6 +151,7 @@ class FleetTest(unittest.IsolatedAsyncioTestCase):
             return_exceptions=True)
         self.assertIsInstance(stopped[0], cfdb_worker.StillBusy)
         self.assertEqual(stopped[1:], [cfdb_worker.StopSummary(0, 0)] * 3)
+        open(go, "w").close()
         self.assertTrue((await busy).ok, "the busy worker kept its job")
         for worker in self.workers[1:]:
             self.assertEqual(worker.wait(), 0)

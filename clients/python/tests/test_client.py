@@ -24,7 +24,7 @@ class ContractTests:
             self.assertTrue(wait_for(lambda: c.idle() - first >= 0.15),
                             "idle accrues")
             with concurrent.futures.ThreadPoolExecutor() as pool:
-                job = pool.submit(c.dispatch, ["sleep", "1"])
+                job = pool.submit(c.dispatch, ["sleep", "3"])
                 self.assertTrue(wait_for(lambda: c.idle() == 0.0))
                 self.assertTrue(job.result().ok)
             # The job's end arrives a moment before it leaves the docket.
@@ -59,7 +59,7 @@ class ContractTests:
         with self.connect() as c:
             self.assertTrue(c.health())
             with concurrent.futures.ThreadPoolExecutor() as pool:
-                job = pool.submit(c.dispatch, ["sleep", "1"])
+                job = pool.submit(c.dispatch, ["sleep", "3"])
                 self.assertTrue(wait_for(lambda: c.idle() == 0.0))
                 summary = c.stop(grace=30)
                 self.assertTrue(job.result().ok, "drained, not cancelled")
@@ -150,7 +150,7 @@ class ErrorKindTests:
         self.addCleanup(worker.kill)
         with self.open(worker.address) as c:
             with concurrent.futures.ThreadPoolExecutor() as pool:
-                busy = pool.submit(c.dispatch, ["sleep", "1"])
+                busy = pool.submit(c.dispatch, ["sleep", "3"])
                 self.assertTrue(wait_for(lambda: c.idle() == 0.0))
                 with self.assertRaises(cfdb_worker.TransientRpcError):
                     c.dispatch(["true"])

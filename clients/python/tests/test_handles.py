@@ -136,7 +136,7 @@ class HandleTests:
 
     def test_the_conditional_stop_is_refused_while_busy(self):
         with self.connect() as c, concurrent.futures.ThreadPoolExecutor() as pool:
-            job = pool.submit(c.dispatch, ["sleep", "1"])
+            job = pool.submit(c.dispatch, ["sleep", "3"])
             self.assertTrue(wait_for(lambda: c.idle() == 0.0))
             with self.assertRaises(cfdb_worker.StillBusy) as refused:
                 c.stop(grace=0, if_idle_for=0)
@@ -272,7 +272,7 @@ class MutualTlsTests(HandleTests):
     def test_an_observer_lists_jobs_but_cannot_attach_or_cancel(self):
         with self.connect() as c, self.connect(self.worker_pem) as observer:
             with concurrent.futures.ThreadPoolExecutor() as pool:
-                job = pool.submit(c.dispatch, ["sleep", "1"], job_id="seen")
+                job = pool.submit(c.dispatch, ["sleep", "3"], job_id="seen")
                 self.assertTrue(wait_for(lambda: any(
                     j.job_id == "seen" for j in observer.jobs())))
                 listed = [j for j in observer.jobs() if j.job_id == "seen"]

@@ -69,7 +69,7 @@ class WoolCompatTest(unittest.TestCase):
     def test_a_pool_manager_polls_then_retires_with_a_drain(self):
         with WorkerConnection(self.worker.address) as c, \
                 concurrent.futures.ThreadPoolExecutor() as pool:
-            job = pool.submit(c.dispatch, ["sleep", "1"])
+            job = pool.submit(c.dispatch, ["sleep", "3"])
             self.assertTrue(wait_for(
                 lambda: self.wool.idle(pb2.Void(), timeout=5).seconds == 0.0),
                 "0 while busy")
