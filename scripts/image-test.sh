@@ -174,7 +174,11 @@ check_idle_exit() {
     --idle-timeout-seconds 2 --idle-poll-interval-seconds 0.5
   c=$STARTED
   rc=$(exited "$c" 60)
-  if [ "$rc" = 0 ] && pod logs "$c" 2>&1 | grep -q 'exiting: idle'; then
+  # Read whole, then searched: under pipefail, `pod logs | grep -q` fails
+  # when grep ends first and pod logs writes on (SIGPIPE), as it did in CI.
+  local logs
+  logs=$(pod logs "$c" 2>&1)
+  if [ "$rc" = 0 ] && grep -q 'exiting: idle' <<<"$logs"; then
     ok "idle: exited 0 by itself $(elapsed "$start") s after start (timeout 2 s)"
   else
     failed "idle: exit code $rc" "$(log_tail "$c")"

@@ -92,10 +92,10 @@ mirror_uri() {
   for f in /etc/apt/sources.list.d/*.sources; do
     [ -e "$f" ] || continue
     uri=$(awk -v suite="$SUITE" '
-      /^$/ { if (u != "" && s) { print u; exit } u = ""; s = 0; next }
+      /^$/ { if (u != "" && s) exit; u = ""; s = 0; next }
       /^URIs:/ { u = $2 }
       /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == suite) s = 1 }
-      END { if (u != "" && s) print u }' "$f" | head -n1)
+      END { if (u != "" && s) print u }' "$f")
     [ -n "$uri" ] && break
   done
   if [ -z "$uri" ] && [ -e /etc/apt/sources.list ]; then

@@ -23,7 +23,7 @@ if [ "${CFDB_DEPS:-all}" != build ]; then
 fi
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == *"install ok installed"* ]] \
     || missing+=("$p")
 done
 # npm fetches the CloudFormation spec for the template tests (CFDB_NPM=OFF
