@@ -335,7 +335,7 @@ class EscapeTest : public ::testing::TestWithParam<Row> {
 
 // {join the worker's group, a group of its own, a session of its own, a
 // double fork + setsid} x {exits, client cancels, time limit, Stop(0),
-// lifetime drain}: nothing of the job is left a second after its end, and
+// lifetime drain}: nothing of the job is left soon after its end, and
 // a cancelled job's outcome says what was sent.
 TEST_P(EscapeTest, NothingOfTheJobOutlivesIt) {
   const Row row = GetParam();

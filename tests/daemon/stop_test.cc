@@ -524,7 +524,8 @@ std::vector<pid_t> LiveProcesses(const std::vector<pid_t>& groups) {
 }
 
 // SIGKILL to a daemon running a `sleep 100` and a job that ignores SIGTERM
-// and has a child of its own: nothing of either job is left a second later.
+// and has a child of its own: nothing of either job is left soon after
+// (10 s allowed; the jobs would live 100 s).
 TEST(HardDeathTest, JobsDieWithAWorkerKilledOutright) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--max-concurrent-tasks", "2"});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();

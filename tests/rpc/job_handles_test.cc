@@ -129,7 +129,7 @@ TEST_F(JobHandlesTest, ADetachedJobRunsOnAndAttachGetsEveryByteAndItsCode) {
       {"sh", "-c",
        absl::StrCat("seq 1 20000; ", Gate(),
                     "; sleep 1; seq 20001 40000; exit 3")});
-  Detached(request);
+  ASSERT_NO_FATAL_FAILURE(Detached(request));
   Collected seen;
   absl::StatusOr<JobOutcome> outcome = AttachAll(request.job_id, seen);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -142,7 +142,7 @@ TEST_F(JobHandlesTest, ADetachedJobRunsOnAndAttachGetsEveryByteAndItsCode) {
 TEST_F(JobHandlesTest, AttachFromAnOffsetInTheMiddleGetsTheRestExactly) {
   JobRequest request =
       test_support::ExecRequest({"sh", "-c", "seq 1 30000; " + Gate()});
-  Detached(request);
+  ASSERT_NO_FATAL_FAILURE(Detached(request));
   ASSERT_TRUE(Ended());
   const std::string all = Numbers(30000);
   const uint64_t middle = all.size() / 2 + 3;
@@ -158,7 +158,7 @@ TEST_F(JobHandlesTest, AttachFromAnOffsetInTheMiddleGetsTheRestExactly) {
 
 TEST_F(JobHandlesTest, ADetachGraceThatRunsOutCancelsTheJob) {
   JobRequest request = test_support::ExecRequest({"sleep", "300"});
-  Detached(request, milliseconds(200));
+  ASSERT_NO_FATAL_FAILURE(Detached(request, milliseconds(200)));
   // (An Attach within the grace would keep it.)
   ASSERT_TRUE(Ended());
   Collected seen;
@@ -289,7 +289,7 @@ TEST_F(JobHandlesTest, AConditionalStopIsRefusedWhileBusyAndKeepsServing) {
 TEST_F(JobHandlesTest, AFullBufferPausesADetachedJobUntilAClientReads) {
   constexpr int kBytes = 12 << 20;  // three buffers' worth
   JobRequest request = ZerosLater(kBytes);
-  Detached(request);
+  ASSERT_NO_FATAL_FAILURE(Detached(request));
   // Held back at the buffer, never dropped: the job waits in write(2).
   ASSERT_TRUE(test_support::WaitFor([&] {
     auto jobs = connection_->ListJobs(kTimeout);
@@ -312,7 +312,7 @@ TEST_F(JobHandlesTest, DropOldestReportsExactlyTheBytesItDropped) {
   constexpr int kBytes = 12 << 20;
   JobRequest request = ZerosLater(kBytes);
   request.drop_oldest = true;
-  Detached(request);
+  ASSERT_NO_FATAL_FAILURE(Detached(request));
   ASSERT_TRUE(Ended());
   Collected seen;
   absl::StatusOr<JobOutcome> outcome = AttachAll(request.job_id, seen);
