@@ -14,6 +14,8 @@ namespace {
 
 constexpr char kAcceptedPayload[] = "type.cfdb.dev/cfdb.worker.accepted";
 
+// The Has*Evidence word lists below are repeated by the Python client
+// (cfdb_worker/errors.py), and its test_errors checks the copies.
 bool MentionsAny(const absl::Status& status,
                  std::initializer_list<const char*> words) {
   const std::string message = absl::AsciiStrToLower(status.message());

@@ -6,6 +6,7 @@
 
 #include "cfdb/worker/drain.h"
 #include "cfdb/worker/exec.h"
+#include "cfdb/worker/server.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
@@ -316,7 +317,9 @@ void SetChannelArguments(const Credentials& credentials,
   // A fixed receive window: what a lagging reader makes the client hold.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kClientReceiveWindowBytes);
-  // Keepalive (limits.h): a dead or silent connection ends its calls.
+  // Keepalive (limits.h): a dead or silent connection ends its calls. Our
+  // workers take pings this often without a strike (server.h).
+  static_assert(kClientKeepaliveTime >= kMinClientPingInterval);
   using std::chrono::milliseconds;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
               static_cast<int>(milliseconds(kClientKeepaliveTime).count()));

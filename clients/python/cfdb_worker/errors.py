@@ -123,6 +123,8 @@ def _mentions(details: Optional[str], words: Tuple[str, ...]) -> bool:
     return any(word in text for word in words)
 
 
+# errors.cc's evidence words (HasTlsEvidence, HasSizeLimitEvidence,
+# HasTransportEvidence), as they are there: test_errors checks.
 _TLS_WORDS = ("tls", "ssl", "certificate", "handshake", "verification",
               "unauthenticated")
 _SIZE_WORDS = ("larger than max", "exceeds limit", "more than the limit")

@@ -7,6 +7,7 @@ import concurrent.futures
 import io
 import json
 import os
+import re
 import unittest
 
 import grpc
@@ -19,10 +20,29 @@ from support import AsyncClient, BlockingClient
 CASES = os.environ.get("CFDB_ERROR_CASES", os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests",
     "data", "error_cases.json"))
+# The C++ classifier, whose evidence word lists errors.py repeats:
+# errors.cc's function -> errors.py's tuple.
+ERRORS_CC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                         "..", "..", "src", "rpc", "errors.cc")
+EVIDENCE_WORDS = {"HasTlsEvidence": "_TLS_WORDS",
+                  "HasSizeLimitEvidence": "_SIZE_WORDS",
+                  "HasTransportEvidence": "_TRANSPORT_WORDS"}
 # The table's method names, as classify() takes them.
 RPCS = {"Idle": "idle", "Stop": "stop", "Dispatch": "dispatch",
         "Health": "health", "Attach": "attach", "ListJobs": "jobs",
         "Cancel": "cancel"}
+
+
+class EvidenceWordsTest(unittest.TestCase):
+    def test_the_word_lists_are_the_cxx_classifiers_own(self):
+        with open(ERRORS_CC, encoding="utf-8") as f:
+            text = f.read()
+        for function, name in EVIDENCE_WORDS.items():
+            body = re.search(r"bool %s\(.*?\n\}" % function, text, re.S)
+            self.assertIsNotNone(body, f"{function} in errors.cc")
+            self.assertEqual(getattr(errors, name),
+                             tuple(re.findall(r'"([^"]*)"', body.group(0))),
+                             f"errors.{name} against errors.cc's {function}")
 
 
 class Failed(grpc.RpcError):
