@@ -1,8 +1,6 @@
 // Busy-aware scale-in protection on a real daemon, against a stand-in for
 // the ECS agent's task-protection endpoint (tests/daemon/fake_ecs_agent.py)
 // reached through libcurl as on ECS.
-#include <cstdio>
-#include <fstream>
 #include <map>
 #include <thread>
 
@@ -13,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/daemon.h"
+#include "support/go_file.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -188,17 +187,11 @@ TEST(EcsScaleInTest, AHangingAgentDelaysNothingAndTheLatestStateWins) {
                  "--ecs-protection-hold-seconds", "0"},
                 WithAgent(agent));
   auto connection = Connect(daemon);
-  const std::string go =
-      absl::StrCat(::testing::TempDir(), "ecs-go-", getpid());
-  std::thread job([&] {
-    RunJob(*connection, {"sh", "-c",
-                         absl::StrCat("until [ -e '", go,
-                                      "' ]; do sleep "
-                                      "0.01; done")});
-  });
+  const test_support::GoFile go;
+  std::thread job([&] { RunJob(*connection, {"sh", "-c", go.WaitCommand()}); });
   ASSERT_TRUE(agent.WaitForArrival(0)) << daemon.log();
   const auto start = std::chrono::steady_clock::now();
-  std::ofstream(go).put('\n');
+  go.Open();
   job.join();
   EXPECT_TRUE((*connection).IdleTime(seconds(5)).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(3))
@@ -207,7 +200,6 @@ TEST(EcsScaleInTest, AHangingAgentDelaysNothingAndTheLatestStateWins) {
   ASSERT_TRUE(agent.WaitForRequests(2)) << daemon.log();
   EXPECT_EQ(agent.Requests()[0]["body"]["ProtectionEnabled"], true);
   EXPECT_EQ(agent.Requests()[1]["body"]["ProtectionEnabled"], false);
-  std::remove(go.c_str());
 }
 
 TEST(EcsScaleInTest, OffEcsTheWorkerSaysSoAndCarriesOn) {

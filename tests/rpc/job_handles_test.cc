@@ -1,10 +1,6 @@
 // Jobs as handles over a real channel: detach, attach from an offset,
 // duplicate ids, ListJobs, Cancel, the conditional stop, take-over.
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/background_dispatch.h"
+#include "support/go_file.h"
 #include "support/served_worker.h"
 #include "support/slowdown.h"
 #include "support/test_job.h"
@@ -58,8 +55,6 @@ std::string Numbers(int n) {
 
 class JobHandlesTest : public test_support::ServedWorkerTest {
  protected:
-  void TearDown() override { std::remove(go_.c_str()); }
-
   // Detached dispatches `request` with a detach grace of `grace` and leaves
   // once it was accepted (its call ends at a short deadline), then lets the
   // job past Gate() once the worker, too, sees nobody attached: output its
@@ -83,14 +78,12 @@ class JobHandlesTest : public test_support::ServedWorkerTest {
       }
       return false;
     }));
-    std::ofstream(go_).put('\n');
+    go_.Open();
   }
   // Gate is a shell command that waits until Detached's call has ended: so
   // a job ends after it, and writes only once nobody is attached, however
   // slow the machine.
-  std::string Gate() const {
-    return absl::StrCat("until [ -e '", go_, "' ]; do sleep 0.01; done");
-  }
+  std::string Gate() const { return go_.WaitCommand(); }
 
   // FirstJob waits until the first job listed meets `done`.
   template <typename Predicate>
@@ -120,8 +113,7 @@ class JobHandlesTest : public test_support::ServedWorkerTest {
         {"sh", "-c", absl::StrCat(Gate(), "; head -c ", bytes, " /dev/zero")});
   }
 
-  const std::string go_ =
-      absl::StrCat(::testing::TempDir(), "handles-go-", getpid());
+  const test_support::GoFile go_;
 };
 
 TEST_F(JobHandlesTest, ADetachedJobRunsOnAndAttachGetsEveryByteAndItsCode) {
