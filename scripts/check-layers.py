@@ -24,7 +24,7 @@ PUBLIC = {
     "exec.h": "exec", "containment.h": "exec",
     "server.h": "rpc", "connection.h": "rpc", "credentials.h": "rpc",
     "errors.h": "rpc",
-    "serve.h": "daemon",
+    "serve.h": "daemon", "rpcs.h": "rpc",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SYSTEM = re.compile(r'^\s*#\s*include\s+[<"]((grpc|grpcpp|google/protobuf)/[^>"]+)[>"]', re.M)

@@ -6,15 +6,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cfdb/worker/rpcs.h"
 #include "cfdb/worker/server.h"
 #include "core/log_throttle.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cfdb::worker {
-
-// MethodGroup is what a method does: control (Dispatch, Stop) or observe
-// (Idle, the health check).
-enum class MethodGroup { kControl, kObserve };
 
 // Admission checks a call's peer against the lists of ServerOptions.
 // Thread-safe.

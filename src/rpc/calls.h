@@ -124,7 +124,7 @@ struct Gate {
       guard.ResetBeforeRequest(context.peer());
       return request;
     }
-    if (absl::Status s = admission.Admit(context, method.group, method.name);
+    if (absl::Status s = admission.Admit(context, method.group(), method.name);
         !s.ok()) {
       return s;
     }

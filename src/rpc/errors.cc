@@ -68,7 +68,8 @@ bool Accepted(const absl::Status& status) {
 }
 
 ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
-  if ((rpc == Rpc::kDispatch || rpc == Rpc::kAttach) && Accepted(status)) {
+  const RpcInfo& info = InfoOf(rpc);
+  if (info.follows_job && Accepted(status)) {
     return AfterAccepted(status);
   }
   using C = absl::StatusCode;
@@ -80,13 +81,13 @@ ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
   if (HasSizeLimitEvidence(status)) return ErrorKind::kRpcError;
   switch (code) {
     case C::kUnimplemented:
-      return rpc == Rpc::kIdle ? ErrorKind::kIdleUnavailable
-                               : ErrorKind::kRpcError;
+      return info.capability ? ErrorKind::kIdleUnavailable
+                             : ErrorKind::kRpcError;
     case C::kDeadlineExceeded:
       // No answer in time: a Dispatch may have been admitted with its
       // Accepted still on the way.
-      return rpc == Rpc::kDispatch ? ErrorKind::kMaybeStarted
-                                   : ErrorKind::kTransient;
+      return info.may_start_job ? ErrorKind::kMaybeStarted
+                                : ErrorKind::kTransient;
     case C::kUnavailable:
     // Our clients never cancel a call of their own accord: a CANCELLED call
     // was cut off by the worker (its shutdown cancels what is still open).
@@ -99,10 +100,9 @@ ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
       return ErrorKind::kAlreadyExists;
     case C::kNotFound:
       // Health answers NOT_FOUND for a service it does not know.
-      return rpc == Rpc::kAttach || rpc == Rpc::kCancel ? ErrorKind::kNotFound
-                                                        : ErrorKind::kRpcError;
+      return info.finds_job ? ErrorKind::kNotFound : ErrorKind::kRpcError;
     case C::kFailedPrecondition:
-      return rpc == Rpc::kStop ? ErrorKind::kStillBusy : ErrorKind::kRpcError;
+      return info.conditional ? ErrorKind::kStillBusy : ErrorKind::kRpcError;
     case C::kUnknown:
     case C::kInternal:
       return HasTransportEvidence(status) ? ErrorKind::kTransient
@@ -129,7 +129,7 @@ bool LostOnTheWay(const absl::Status& status) {
 }
 
 bool MayHaveBeenAccepted(Rpc rpc, const absl::Status& status) {
-  return rpc == Rpc::kDispatch && !Accepted(status) &&
+  return InfoOf(rpc).may_start_job && !Accepted(status) &&
          ClassifyError(rpc, status) == ErrorKind::kTransient &&
          LostOnTheWay(status);
 }

@@ -66,20 +66,19 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* Idle(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* reply) override {
-    const absl::Status s =
-        gate_.Open<v1::IdleRequest>(*ctx, *request, method::kIdle).status();
-    if (!s.ok()) return FinishedUnary(ctx, wire::ToGrpc(s));
-    v1::IdleTime idle;
-    idle.set_seconds(ToSeconds(worker_.Idle()));
-    Serialize(idle, reply);
-    return FinishedUnary(ctx, grpc::Status::OK);
+    return Answer<v1::IdleRequest, v1::IdleTime>(
+        ctx, *request, reply, Rpc::kIdle,
+        [this](const v1::IdleRequest&, v1::IdleTime& idle) {
+          idle.set_seconds(ToSeconds(worker_.Idle()));
+          return absl::OkStatus();
+        });
   }
 
   grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* reply) override {
     absl::StatusOr<v1::StopRequest> parsed =
-        gate_.Open<v1::StopRequest>(*ctx, *request, method::kStop);
+        gate_.Open<v1::StopRequest>(*ctx, *request, Method(Rpc::kStop));
     if (parsed.ok() && std::isnan(parsed->grace_seconds())) {
       parsed = absl::InvalidArgumentError("grace_seconds: NaN");
     } else if (parsed.ok() && parsed->has_if_idle_for_seconds() &&
@@ -143,7 +142,7 @@ class Service final : public RawService {
       grpc::CallbackServerContext* ctx,
       const grpc::ByteBuffer* request) override {
     absl::StatusOr<v1::DispatchRequest> parsed =
-        gate_.Open<v1::DispatchRequest>(*ctx, *request, method::kDispatch);
+        gate_.Open<v1::DispatchRequest>(*ctx, *request, Method(Rpc::kDispatch));
     if (absl::IsPermissionDenied(parsed.status()) ||
         absl::IsCancelled(parsed.status())) {
       return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
@@ -161,7 +160,7 @@ class Service final : public RawService {
       grpc::CallbackServerContext* ctx,
       const grpc::ByteBuffer* request) override {
     absl::StatusOr<v1::AttachRequest> parsed =
-        gate_.Open<v1::AttachRequest>(*ctx, *request, method::kAttach);
+        gate_.Open<v1::AttachRequest>(*ctx, *request, Method(Rpc::kAttach));
     if (absl::IsPermissionDenied(parsed.status()) ||
         absl::IsCancelled(parsed.status())) {
       return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
@@ -172,21 +171,19 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* reply) override {
-    const absl::Status s =
-        gate_.Open<v1::ListJobsRequest>(*ctx, *request, method::kListJobs)
-            .status();
-    if (!s.ok()) return FinishedUnary(ctx, wire::ToGrpc(s));
-    v1::ListJobsReply jobs;
-    cfdb::worker::ListJobs(worker_, jobs);
-    Serialize(jobs, reply);
-    return FinishedUnary(ctx, grpc::Status::OK);
+    return Answer<v1::ListJobsRequest, v1::ListJobsReply>(
+        ctx, *request, reply, Rpc::kListJobs,
+        [this](const v1::ListJobsRequest&, v1::ListJobsReply& jobs) {
+          cfdb::worker::ListJobs(worker_, jobs);
+          return absl::OkStatus();
+        });
   }
 
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* reply) override {
     absl::StatusOr<v1::CancelRequest> parsed =
-        gate_.Open<v1::CancelRequest>(*ctx, *request, method::kCancel);
+        gate_.Open<v1::CancelRequest>(*ctx, *request, Method(Rpc::kCancel));
     if (absl::IsPermissionDenied(parsed.status()) ||
         absl::IsCancelled(parsed.status())) {
       return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
@@ -197,6 +194,22 @@ class Service final : public RawService {
   CallTracker& calls() { return calls_; }
 
  private:
+  // Answer is every unary call answered at once: the gate (calls.h), then
+  // `fill` writes the reply for the request, or says why not.
+  template <typename Request, typename Reply, typename Fill>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer& request,
+                                   grpc::ByteBuffer* reply, Rpc rpc,
+                                   Fill fill) {
+    absl::StatusOr<Request> parsed =
+        gate_.Open<Request>(*ctx, request, Method(rpc));
+    if (!parsed.ok()) return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
+    Reply answer;
+    const absl::Status filled = fill(*parsed, answer);
+    if (filled.ok()) Serialize(answer, reply);
+    return FinishedUnary(ctx, wire::ToGrpc(filled));
+  }
+
   Worker& worker_;
   Gate gate_;
   const std::function<void()> on_stop_rpc_;

@@ -92,22 +92,22 @@ class AdmissionServer {
   absl::Status Call(const Method& method, Who who) {
     std::unique_ptr<WorkerConnection> c = Connect(who);
     const JobRequest touch = test_support::ExecRequest({"touch", marker()});
-    if (&method == &method::kIdle) return c->IdleTime(kTimeout).status();
-    if (&method == &method::kHealthCheck) return c->Health(kTimeout).status();
-    if (&method == &method::kDispatch) {
+    if (method == Method(Rpc::kIdle)) return c->IdleTime(kTimeout).status();
+    if (method == method::kHealthCheck) return c->Health(kTimeout).status();
+    if (method == Method(Rpc::kDispatch)) {
       return c->Dispatch(touch, {}, kTimeout).status();
     }
-    if (&method == &method::kDispatchStream) {
+    if (method == method::kDispatchStream) {
       test_support::Feed empty("");
       return c->DispatchStream(touch, empty.read_fd(), {}, kTimeout).status();
     }
-    if (&method == &method::kStop)
+    if (method == Method(Rpc::kStop))
       return c->Stop(seconds(0), kTimeout).status();
-    if (&method == &method::kAttach) {
+    if (method == Method(Rpc::kAttach)) {
       return c->Attach("no-such-job", {}, {}, kTimeout).status();
     }
-    if (&method == &method::kListJobs) return c->ListJobs(kTimeout).status();
-    if (&method == &method::kCancel) {
+    if (method == Method(Rpc::kListJobs)) return c->ListJobs(kTimeout).status();
+    if (method == Method(Rpc::kCancel)) {
       return c->Cancel("no-such-job", seconds(0), kTimeout).status();
     }
     return absl::UnimplementedError("not in the matrix");
@@ -134,8 +134,8 @@ class AdmissionMatrixTest : public ::testing::TestWithParam<Cell> {};
 TEST_P(AdmissionMatrixTest, OnlyTheAllowedCellsGetPastAdmission) {
   const Cell cell = GetParam();
   const bool allowed =
-      cell.who == Who::kApi ||
-      (cell.who == Who::kWorker && cell.method->group == MethodGroup::kObserve);
+      cell.who == Who::kApi || (cell.who == Who::kWorker &&
+                                cell.method->group() == MethodGroup::kObserve);
   AdmissionServer server;
   const absl::Status status = server.Call(*cell.method, cell.who);
   if (allowed) {
@@ -161,13 +161,13 @@ TEST_P(AdmissionMatrixTest, OnlyTheAllowedCellsGetPastAdmission) {
 // Watch and Wool's methods have tests of their own), by every identity.
 std::vector<Cell> Cells() {
   std::vector<Cell> cells;
-  for (const Method* m : method::kAll) {
-    if (m == &method::kHealthWatch || m == &method::kWoolIdle ||
-        m == &method::kWoolStop) {
+  for (const Method& m : method::kAll) {
+    if (m == method::kHealthWatch || m == method::kWoolIdle ||
+        m == method::kWoolStop) {
       continue;
     }
     for (const Who who : {Who::kApi, Who::kWorker, Who::kStranger}) {
-      cells.push_back({m, who});
+      cells.push_back({&m, who});
     }
   }
   return cells;
@@ -270,10 +270,10 @@ TEST(AdmissionTest, ADeniedIdentityIsLoggedOncePerPeriod) {
     test_support::LogCapture log;
     AdmissionServer server;
     for (int i = 0; i < 20; ++i) {
-      EXPECT_EQ(server.Call(method::kIdle, Who::kStranger).code(),
+      EXPECT_EQ(server.Call(Method(Rpc::kIdle), Who::kStranger).code(),
                 absl::StatusCode::kPermissionDenied);
     }
-    EXPECT_EQ(server.Call(method::kDispatch, Who::kWorker).code(),
+    EXPECT_EQ(server.Call(Method(Rpc::kDispatch), Who::kWorker).code(),
               absl::StatusCode::kPermissionDenied);
     text = log.str();
   }

@@ -9,6 +9,8 @@ from typing import Optional, Tuple, Type
 
 import grpc
 
+from cfdb_worker._rpcs import RPCS
+
 
 class WorkerError(Exception):
     """A failed call to a worker."""
@@ -135,8 +137,8 @@ _TRANSPORT_WORDS = ("stream removed", "socket closed", "connection",
 
 def classify(rpc: str, error: BaseException,
              accepted: bool = False) -> WorkerError:
-    """Returns the WorkerError for a grpc.RpcError of `rpc` ("idle", "stop",
-    "dispatch", "health", "attach", "jobs", "cancel"); `accepted` when a
+    """Returns the WorkerError for a grpc.RpcError of `rpc` (a key of
+    _rpcs.RPCS: "idle", "dispatch", ...); `accepted` when a
     dispatch's job was accepted (an attach's `attached` had come) before
     the call failed."""
     code = error.code() if hasattr(error, "code") else None
@@ -149,8 +151,9 @@ def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
     """The WorkerError subclass for a failed call: classify(), from its
     parts."""
     C = grpc.StatusCode
+    row = RPCS[rpc]
     cls: Type[WorkerError]
-    if rpc in ("dispatch", "attach") and accepted:
+    if row.follows_job and accepted:
         cls = (AcceptedDeadlineExceeded if code == C.DEADLINE_EXCEEDED
                else OutcomeUnknown)
     elif code == C.UNAUTHENTICATED or (
@@ -159,9 +162,9 @@ def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
     elif _mentions(details, _SIZE_WORDS):
         cls = RpcError
     elif code == C.UNIMPLEMENTED:
-        cls = IdleUnavailable if rpc == "idle" else RpcError
+        cls = IdleUnavailable if row.capability else RpcError
     elif code == C.DEADLINE_EXCEEDED:
-        cls = MaybeStarted if rpc == "dispatch" else TransientRpcError
+        cls = MaybeStarted if row.may_start_job else TransientRpcError
     elif code in (C.UNAVAILABLE, C.CANCELLED, C.RESOURCE_EXHAUSTED):
         cls = TransientRpcError
     elif code == C.PERMISSION_DENIED:
@@ -170,9 +173,9 @@ def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
         cls = AlreadyExists
     elif code == C.NOT_FOUND:
         # Health answers NOT_FOUND for a service it does not know.
-        cls = NotFound if rpc in ("attach", "cancel") else RpcError
+        cls = NotFound if row.finds_job else RpcError
     elif code == C.FAILED_PRECONDITION:
-        cls = StillBusy if rpc == "stop" else RpcError
+        cls = StillBusy if row.conditional else RpcError
     elif code in (C.UNKNOWN, C.INTERNAL):
         cls = (TransientRpcError if _mentions(details, _TRANSPORT_WORDS)
                else RpcError)
@@ -200,5 +203,5 @@ def may_have_been_accepted(error: WorkerError, rpc: str) -> bool:
     error lost on the way (lost_on_the_way), possibly with the Accepted on
     its way back. Attaching finds out: NotFound means no job of its id is
     there."""
-    return (rpc == "dispatch" and type(error) is TransientRpcError
+    return (RPCS[rpc].may_start_job and type(error) is TransientRpcError
             and lost_on_the_way(error))

@@ -13,7 +13,7 @@ import unittest
 import grpc
 
 import cfdb_worker
-from cfdb_worker import WorkerConnection, errors
+from cfdb_worker import WorkerConnection, _rpcs, errors
 from cfdb_worker._wire import worker_pb2, worker_pb2_grpc
 from support import AsyncClient, BlockingClient
 
@@ -27,10 +27,9 @@ ERRORS_CC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
 EVIDENCE_WORDS = {"HasTlsEvidence": "_TLS_WORDS",
                   "HasSizeLimitEvidence": "_SIZE_WORDS",
                   "HasTransportEvidence": "_TRANSPORT_WORDS"}
-# The table's method names, as classify() takes them.
-RPCS = {"Idle": "idle", "Stop": "stop", "Dispatch": "dispatch",
-        "Health": "health", "Attach": "attach", "ListJobs": "jobs",
-        "Cancel": "cancel"}
+# The table's method names, as classify() takes them: the registry's
+# (cfdb_worker/_rpcs.py, generated from include/cfdb/worker/rpcs.h).
+RPCS = {row.name: key for key, row in _rpcs.RPCS.items()}
 
 
 class EvidenceWordsTest(unittest.TestCase):
@@ -92,16 +91,28 @@ class CaseTableTest(unittest.TestCase):
 
     def test_every_code_of_every_method_as_the_table_says(self):
         with open(CASES) as f:
-            by_code = json.load(f)["by_code"]
-        self.assertEqual(len(by_code), 16)
-        for row in by_code:
+            table = json.load(f)
+        self.assertEqual(len(table["by_code"]), 16)
+        for row in table["by_code"]:
             for rpc, name in RPCS.items():
-                want = row.get("except", {}).get(rpc, row["kind"])
+                want = row["kind"]
+                for flag in table["by_flag"]:
+                    if (flag["code"] == row["code"] and
+                            getattr(_rpcs.RPCS[name], flag["flag"])):
+                        want = flag["kind"]
                 with self.subTest(code=row["code"], rpc=rpc):
                     error = errors.classify(
                         name, Failed(grpc.StatusCode[row["code"]], "x"),
                         False)
                     self.assertEqual(error.kind, want)
+
+    def test_the_registry_has_every_method_the_worker_serves(self):
+        served = {m.name for m in
+                  worker_pb2.DESCRIPTOR.services_by_name["Worker"].methods}
+        listed = {m for row in _rpcs.RPCS.values() for m in row.methods}
+        self.assertLessEqual(served, listed)
+        self.assertLessEqual({case["rpc"] for case in self.cases},
+                             set(RPCS))
 
     def test_the_table_and_the_classes_have_the_same_kinds(self):
         with open(CASES) as f:

@@ -17,19 +17,9 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "cfdb/worker/rpcs.h"
 
 namespace cfdb::worker {
-
-// Rpc names the worker's RPCs, because a code's meaning depends on the call.
-enum class Rpc {
-  kIdle,
-  kStop,
-  kDispatch,
-  kHealth,
-  kAttach,
-  kListJobs,
-  kCancel
-};
 
 // ErrorKind is what a caller should make of a failed call. It follows the
 // cause (the code, whether the worker had accepted the job, and the
@@ -88,9 +78,11 @@ enum class ErrorKind {
   kStillBusy,
 };
 
-// ClassifyError maps a non-OK status from `rpc` to its kind. A status from
-// WorkerConnection::Dispatch says by itself whether the job had been
-// accepted (see MarkAccepted).
+// ClassifyError maps a non-OK status from `rpc` to its kind: by its code
+// and message, and for the codes whose meaning depends on the call, by the
+// RPC's row (rpcs.h: follows_job, may_start_job, finds_job, conditional,
+// capability). A status from WorkerConnection::Dispatch says by itself
+// whether the job had been accepted (see MarkAccepted).
 ErrorKind ClassifyError(Rpc rpc, const absl::Status& status);
 
 // MarkAccepted returns `status` marked as failing after the worker accepted
