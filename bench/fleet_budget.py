@@ -7,7 +7,7 @@ plane, CloudWatch and the caller that reaps, at the default knobs.
 
 `measure` runs real workers here: the log lines and bytes of a start, a job
 and an exit (text and JSON) and of an EMF line, and the protection calls job
-streams make against tests/daemon/fake_ecs_agent.py, on time compressed 30×
+streams make against tests/serve/fake_ecs_agent.py, on time compressed 30×
 (a 2 s hold stands for the default 60 s). `table` computes the budget from
 those figures (MEASURED holds the last measurement), the reap figures of
 docs/PERFORMANCE.md (REAP) and the published prices (PRICES); docs/SCALE.md
@@ -26,7 +26,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The defaults this budget is for (src/daemon/*.h).
+# The defaults this budget is for (src/serve/*.h).
 HOLD_S = 60  # --ecs-protection-hold-seconds
 EXPIRES_MIN = 120  # --ecs-protection-expires-minutes: a renewal an hour
 IDLE_POLL_S = 15  # --idle-poll-interval-seconds
@@ -144,7 +144,7 @@ def measure_protection(worker, hold_s, jobs, gap_s):
     """Protection calls of `jobs` sequential `true` jobs, `gap_s` apart,
     against the fake ECS agent, the hold then allowed to end."""
     agent = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "tests/daemon/fake_ecs_agent.py")],
+        [sys.executable, os.path.join(ROOT, "tests/serve/fake_ecs_agent.py")],
         stdout=subprocess.PIPE, text=True)
     port = agent.stdout.readline().split()[1]
     requests = []

@@ -30,7 +30,7 @@
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/worker.h"
 #include "count_allocations.h"
-#include "daemon/backoff.h"
+#include "serve/backoff.h"
 #include "spdlog/sinks/null_sink.h"
 #include "spdlog/spdlog.h"
 

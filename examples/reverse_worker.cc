@@ -53,17 +53,24 @@ cfdb::worker::JobKind ReverseKind() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A worker that runs only its own kind, and retires after a minute idle
-  // unless told otherwise.
-  cfdb::worker::ServeOptions options{.exec_kind = false};
-  options.flags["--idle-timeout-seconds"] = "60";
+  // Serve's flags and CFDB_WORKER_* variables, as the binary takes them;
+  // by default a worker that retires after a minute idle.
+  cfdb::worker::KnobValues flags = {{"--idle-timeout-seconds", "60"}};
   if (argc % 2 != 1) {
     std::cerr << "reverse_worker: give serve's flags each with a value\n";
     return 2;
   }
-  for (int i = 1; i + 1 < argc; i += 2) options.flags[argv[i]] = argv[i + 1];
+  for (int i = 1; i + 1 < argc; i += 2) flags[argv[i]] = argv[i + 1];
+  absl::StatusOr<cfdb::worker::ServeConfig> config =
+      cfdb::worker::ServeConfigFromFlags(flags);
+  if (!config.ok()) {
+    std::cerr << "reverse_worker: " << config.status().message() << "\n";
+    return cfdb::worker::ServeExitCode(config.status());
+  }
+  // Typed from here on: it runs only its own kind.
+  config->exec_kind = false;
   const absl::Status served =
-      cfdb::worker::Serve(options, [](cfdb::worker::Worker& worker) {
+      cfdb::worker::Serve(*config, [](cfdb::worker::Worker& worker) {
         return worker.RegisterKind("reverse", ReverseKind());
       });
   if (absl::IsInvalidArgument(served)) {

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/config.h"
+#include "serve/config.h"
 
 namespace {
 
@@ -47,7 +47,7 @@ std::string Confine(std::string path) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  cfdb::worker::FlagValues flags;
+  cfdb::worker::KnobValues flags;
   std::map<std::string, std::string, std::less<>> env;
   for (size_t start = 0; start <= input.size();) {
     size_t end = input.find('\n', start);

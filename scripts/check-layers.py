@@ -4,11 +4,11 @@
 Fails, naming the files, when
 - the headers include each other in a cycle;
 - a file includes a project header of a higher layer (core <- exec <- rpc <-
-  daemon: a layer may include its own headers and those of layers below);
+  serve <- cli: a layer may include its own headers and those of layers below);
 - a core or exec file includes a gRPC or protobuf header.
 Public headers (include/cfdb/worker/) belong to the layer that implements
 them, listed in PUBLIC below. Tests belong to the layer they mirror
-(tests/core, tests/exec, tests/rpc, tests/daemon); the shared fixtures of
+(tests/core, tests/exec, tests/rpc, tests/serve, tests/cli); the shared fixtures of
 tests/support to none.
 """
 import pathlib
@@ -16,7 +16,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LAYERS = ["core", "exec", "rpc", "daemon"]
+LAYERS = ["core", "exec", "rpc", "serve", "cli"]
 PUBLIC = {
     "clock.h": "core", "shutdown.h": "core", "docket.h": "core",
     "drain.h": "core", "job.h": "core", "job_journal.h": "core",
@@ -24,7 +24,7 @@ PUBLIC = {
     "exec.h": "exec", "containment.h": "exec",
     "server.h": "rpc", "connection.h": "rpc", "credentials.h": "rpc",
     "errors.h": "rpc",
-    "serve.h": "daemon", "rpcs.h": "rpc",
+    "serve.h": "serve", "serve_config.h": "serve", "rpcs.h": "rpc",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SYSTEM = re.compile(r'^\s*#\s*include\s+[<"]((grpc|grpcpp|google/protobuf)/[^>"]+)[>"]', re.M)

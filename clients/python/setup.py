@@ -16,4 +16,10 @@ class BuildWithWire(build_py):
         generate.generate(self.build_lib)
 
 
-setup(cmdclass={"build_py": BuildWithWire})
+# The project's one version (the binary's too), in the repository beside
+# the proto the package is built from.
+with open(os.path.join(generate.PROTO_ROOT, "..", "VERSION"),
+          encoding="utf-8") as version:
+    VERSION = version.read().strip()
+
+setup(version=VERSION, cmdclass={"build_py": BuildWithWire})

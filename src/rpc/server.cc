@@ -5,7 +5,7 @@
 //
 // Job kinds are not registered here: a Dispatch runs whatever kind its
 // Worker has (Worker::RegisterKind, before WorkerServer::Start). `cfdb-worker
-// serve` registers exec in src/daemon/serve.cc (ServeWorker); a program that
+// serve` registers exec in src/serve/serve.cc (ServeWorker); a program that
 // embeds the worker adds its own through Serve's `register_kinds`
 // (include/cfdb/worker/serve.h) or on a Worker it serves itself.
 #include "cfdb/worker/server.h"

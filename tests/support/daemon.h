@@ -43,7 +43,7 @@ inline JobRequest Command(std::vector<std::string> args,
 // resident until their size class allocates again, neither of which the
 // production heap (glibc with the worker's malloc_trim) does. The daemon's
 // MemoryTrimmer purges ASan's allocator when CFDB_WORKER_ASAN_PURGE is set
-// (src/daemon/memory_trim.cc); other daemons keep the whole quarantine, to
+// (src/serve/memory_trim.cc); other daemons keep the whole quarantine, to
 // catch a use after free. Elsewhere it is no wrapper.
 inline std::vector<std::string> HeapLikeProduction() {
 #if defined(CFDB_ASAN)

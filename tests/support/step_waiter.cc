@@ -1,5 +1,5 @@
 // step_waiter: ClockStepTest runs it under libfaketime, linked with the
-// futex interposer the cfdb-worker binary has (src/daemon/monotonic_futex.cc).
+// futex interposer the cfdb-worker binary has (src/serve/monotonic_futex.cc).
 // It prints "ready", waits until its wall clock has stepped (by more than
 // half an hour against the monotonic clock), then at once waits 100 ms on an
 // absl::CondVar, as abseil and gRPC wait, and prints how long that took on

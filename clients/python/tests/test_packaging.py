@@ -94,6 +94,10 @@ class PackagingTest(unittest.TestCase):
                               "--no-deps", "-w", wheels, source],
                        check=True, env=env, cwd=self.dir)
         [wheel] = os.listdir(wheels)
+        with open(os.path.join(env["CFDB_WORKER_PROTO_DIR"], "..",
+                               "VERSION"), encoding="utf-8") as version:
+            self.assertTrue(wheel.startswith(
+                f"cfdb_worker-{version.read().strip()}-"), wheel)
         names = set(zipfile.ZipFile(os.path.join(wheels, wheel)).namelist())
         for name in ("py.typed", "aio.py", "connection.py",
                      "_wire/worker_pb2.py", "_wire/worker_pb2_grpc.py"):

@@ -3,16 +3,11 @@
 // The policies read a Clock: the docket's idle time, and the serve loop's
 // poll cadence, lifetime and backoff waits, and the log throttle
 // (core/log_throttle.h). Production code uses SteadyClock; tests use
-// FakeClock and advance it by hand. The waits of running code read
-// std::chrono::steady_clock directly, as only a real process can wait on
-// them: the drain, output and stdin flow control, a job's time limit and kill
-// grace (exec.cc), a detached job's grace and a result's TTL
-// (job_registry.cc), the leftover sweep (containment.cc) and cgroup removal
-// (cgroup.cc), the metrics interval (metrics.cc), scale-in protection's
-// renewals (scale_in.cc), the client's reattach window (job_commands.cc) and
-// the server's last wait for open calls (server.cc).
-// Nothing measures an interval with std::chrono::system_clock, which is for
-// log timestamps (and the job ids `dispatch` makes up) only.
+// FakeClock and advance it by hand. Waits that only a real process can wait
+// on (flow control, a job's time limit and kill grace, the drain, ...) read
+// std::chrono::steady_clock directly. Nothing measures an interval with
+// std::chrono::system_clock, which is for timestamps (logs, a job's start,
+// the job ids `dispatch` makes up) only.
 //
 //   FakeClock clock;
 //   Docket docket(clock, 4);
@@ -118,7 +113,7 @@ class FakeClock final : public Clock {
 // CLOCK_REALTIME deadline, so a step of the wall clock stretches them or
 // makes them spin. This one waits in pthread_cond_clockwait(CLOCK_MONOTONIC)
 // (libstdc++'s std::condition_variable_any with steady_clock), which no
-// wall-clock step can move; tests/daemon/clock_step_test.cc proves it under
+// wall-clock step can move; tests/serve/clock_step_test.cc proves it under
 // libfaketime. Unlike absl::Condition it wakes only when signalled: every
 // change a waiter may wait for must be followed by SignalAll(). Thread-safe.
 class CondVar {

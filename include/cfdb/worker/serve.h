@@ -22,17 +22,18 @@
 // - the drain, its log line, and the server's shutdown.
 //
 //   int main() {
+//     cfdb::worker::ServeConfig config;  // serve_config.h
+//     config.retirement.idle_timeout = std::chrono::minutes(1);
 //     absl::Status s = cfdb::worker::Serve(
-//         {.flags = {{"--idle-timeout-seconds", "60"}}},
-//         [](cfdb::worker::Worker& worker) {
+//         config, [](cfdb::worker::Worker& worker) {
 //           return worker.RegisterKind("echo", {.run = ...});
 //         });
 //     if (absl::IsInvalidArgument(s)) std::cerr << s.message() << "\n";
 //     return cfdb::worker::ServeExitCode(s);
 //   }
 //
-// A whole program: examples/reverse_worker.cc; the knobs: README.md,
-// "Configuration".
+// A whole program: examples/reverse_worker.cc (its configuration from
+// serve's flags, ServeConfigFromFlags); the knobs: docs/CONFIGURATION.md.
 #pragma once
 
 #include <functional>
@@ -42,27 +43,17 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "cfdb/worker/serve_config.h"
 #include "cfdb/worker/worker.h"
 
 namespace cfdb::worker {
 
-// ServeOptions configure Serve with the knobs of `cfdb-worker serve`
-// (README.md, "Configuration"), checked by the same rules.
-struct ServeOptions {
-  // Knob values keyed by flag, as on serve's command line, e.g.
-  // {"--port", "0"}, {"--idle-timeout-seconds", "60"}; a switch takes
-  // "true". A flag beats its CFDB_WORKER_* variable, which beats the
-  // default.
-  std::map<std::string, std::string, std::less<>> flags;
-  // Where the CFDB_WORKER_* variables (and the PEMs --tls-*-env name) are
-  // read; empty: this process's environment, whose PEM variables are then
-  // wiped once read (as the binary does).
-  std::function<std::optional<std::string>(std::string_view)> environment;
-  // Register the built-in exec kind (kExecKind: clients run programs), as
-  // the binary does. A worker that should run only its own kinds turns it
-  // off.
-  bool exec_kind = true;
-};
+// The exit codes every command of the binary shares (docs/CLI.md): the
+// client commands' others come from their error kinds (errors.h,
+// ExitCodeFor).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntimeFailure = 1;  // e.g. the port is in use
+inline constexpr int kExitUsage = 2;           // a bad flag or variable
 
 // Serve serves a worker until it retires (see the top of this file) and
 // returns why. Blocks the calling thread throughout.
@@ -93,10 +84,17 @@ struct ServeOptions {
 // Returns:
 // - OK: the worker retired cleanly (idle, max lifetime, a signal, a Stop
 //   RPC) and every job ended;
-// - INVALID_ARGUMENT: the configuration was refused: a key of `flags` that
-//   is not a knob of serve, or a bad value, with a message naming the flag
-//   or variable (as the binary words it). Nothing was done, and nothing
-//   logged (logging is not set up yet): the caller should say it;
+// - INVALID_ARGUMENT: the configuration was refused, with a message naming
+//   the flag of the field at fault: an empty host, a port outside
+//   0..65535, a poll interval, poll deadline or listener check interval
+//   that is not positive, a poll deadline longer than the interval, a
+//   failure limit or concurrency below 1, bad TLS settings (MakeCredentials
+//   in credentials.h), job uids that include the worker's own, admission
+//   lists without mutual TLS, a worker certificate its own self-poll could
+//   not succeed with (its SAN, its TLS roles, its admission), or plaintext
+//   on a host that is not a loopback IP literal or a "localhost" resolving
+//   to loopback only (without allow_insecure). Nothing was done, and
+//   nothing logged (logging is not set up yet): the caller should say it;
 // - PERMISSION_DENIED: the process could not take the identity the
 //   configuration asks for (--worker-user, --job-user: e.g. jobs of another
 //   user without CAP_SETUID and CAP_SETGID);
@@ -108,7 +106,7 @@ struct ServeOptions {
 //   the signal thread;
 // - whatever `register_kinds` returned, when not OK (nothing was served).
 // Every failure but INVALID_ARGUMENT is also logged.
-absl::Status Serve(const ServeOptions& options,
+absl::Status Serve(const ServeConfig& config,
                    const std::function<absl::Status(Worker&)>& register_kinds);
 
 // ServeExitCode maps what Serve returned to the exit code of `cfdb-worker

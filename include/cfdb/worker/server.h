@@ -40,11 +40,12 @@ inline constexpr Duration kKeepaliveTimeout = std::chrono::seconds(10);
 // and URIs, never the Common Name) of the caller's client certificate; see
 // docs/SECURITY.md. Both empty: every peer the TLS handshake let in may call
 // everything. Otherwise a peer with an identity in `control` may call every
-// method, one in `observe` only Idle and the health service, and any other
+// method, one in `observe` only the RPCs whose registry row says
+// MethodGroup::kObserve (rpcs.h; docs/TLS.md has the table), and any other
 // gets PERMISSION_DENIED naming the method and the identities it presented.
 struct AdmissionLists {
-  std::vector<std::string> control;  // Dispatch, Stop, and what observe may
-  std::vector<std::string> observe;  // Idle, grpc.health.v1.Health
+  std::vector<std::string> control;  // every RPC
+  std::vector<std::string> observe;  // the RPCs of MethodGroup::kObserve
   bool empty() const { return control.empty() && observe.empty(); }
 };
 

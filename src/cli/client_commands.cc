@@ -1,0 +1,203 @@
+// `cfdb-worker idle|health|stop`: the binary as a client of any worker, and
+// what every client command shares (client_calls.h).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cfdb/worker/connection.h"
+#include "cfdb/worker/drain.h"
+#include "cfdb/worker/errors.h"
+#include "cfdb/worker/exec.h"
+#include "cli/cli_flags.h"
+#include "cli/client_calls.h"
+#include "cli/commands.h"
+#include "rpc/tls_probe.h"
+#include "spdlog/spdlog.h"
+
+namespace cfdb::worker::cli {
+
+int Fail(Rpc rpc, const ClientOptions& options, const absl::Status& failed) {
+  const std::string& address = options.address;
+  const absl::Status status = Explained(rpc, address, options, failed);
+  const ErrorKind kind = ClassifyError(rpc, status);
+  std::cerr << "cfdb-worker: " << address << ": " << ErrorKindName(kind) << " ("
+            << absl::StatusCodeToString(status.code())
+            << "): " << status.message();
+  if (!ErrorKindMeaning(kind).empty()) {
+    std::cerr << " -- " << ErrorKindMeaning(kind);
+  }
+  std::cerr << "\n";
+  return ExitCodeFor(kind);
+}
+
+void WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // the reader went away; nothing useful to do
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+absl::Status Explained(Rpc rpc, const std::string& address,
+                       const ClientOptions& options,
+                       const absl::Status& status) {
+  if (options.credentials.kind != Credentials::Kind::kInsecure ||
+      ClassifyError(rpc, status) != ErrorKind::kTransient ||
+      !absl::IsUnavailable(status) ||
+      !SpeaksTls(address, std::chrono::seconds(2))) {
+    return status;
+  }
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), "; the worker at ", address,
+                   " speaks TLS: pass --tls-ca, --tls-cert and --tls-key"));
+}
+
+int RunIdle(const ClientOptions& options) {
+  auto connection = Connect(options.address, options);
+  if (!connection.ok()) return Fail(Rpc::kIdle, options, connection.status());
+  absl::StatusOr<double> idle = WithRetries(options.attempts, Rpc::kIdle, [&] {
+    return (*connection)->IdleTime(options.timeout);
+  });
+  if (!idle.ok()) return Fail(Rpc::kIdle, options, idle.status());
+  std::cout << absl::StrFormat("%.3f", *idle) << "\n";
+  return kExitOk;
+}
+
+int RunHealth(const ClientOptions& options, const std::string& service) {
+  auto connection = Connect(options.address, options);
+  if (!connection.ok()) return Fail(Rpc::kHealth, options, connection.status());
+  absl::StatusOr<WorkerConnection::ServingStatus> status = WithRetries(
+      options.attempts, Rpc::kHealth,
+      [&] { return (*connection)->Health(options.timeout, service); });
+  if (!status.ok()) return Fail(Rpc::kHealth, options, status.status());
+  switch (*status) {
+    case WorkerConnection::ServingStatus::kServing:
+      std::cout << "SERVING\n";
+      return kExitOk;
+    case WorkerConnection::ServingStatus::kNotServing:
+      std::cout << "NOT_SERVING\n";
+      return kExitRuntimeFailure;
+    case WorkerConnection::ServingStatus::kUnknown:
+      break;
+  }
+  std::cout << "UNKNOWN\n";
+  return kExitRuntimeFailure;
+}
+
+int RunStop(const ClientOptions& options, double grace_seconds,
+            std::optional<double> if_idle_for_seconds) {
+  auto connection = Connect(options.address, options);
+  if (!connection.ok()) return Fail(Rpc::kStop, options, connection.status());
+  const Duration grace = GraceFromSeconds(grace_seconds);
+  std::optional<Duration> if_idle_for;
+  if (if_idle_for_seconds) {
+    if_idle_for = ToDuration(Seconds(*if_idle_for_seconds));
+  }
+  absl::StatusOr<StopSummary> summary = WithRetries(
+      options.attempts, Rpc::kStop,
+      [&] { return (*connection)->Stop(grace, options.timeout, if_idle_for); });
+  if (!summary.ok()) return Fail(Rpc::kStop, options, summary.status());
+  std::cout << "stopped: " << summary->drained << " jobs drained, "
+            << summary->cancelled << " cancelled\n";
+  return kExitOk;
+}
+
+namespace {
+
+constexpr char kFiveSeconds[] = "deadline in seconds, > 0 (default 5)";
+
+Runner AddIdle(CLI::App& command) {
+  auto client = std::make_shared<Client>(&command, kFiveSeconds);
+  return [client](const std::vector<std::string>&) {
+    auto options = client->Resolve(std::chrono::seconds(5));
+    return options ? RunIdle(*options) : kExitUsage;
+  };
+}
+
+Runner AddHealth(CLI::App& command) {
+  struct Flags {
+    explicit Flags(CLI::App* command) : client(command, kFiveSeconds) {}
+    Client client;
+    std::string service;
+  };
+  auto flags = std::make_shared<Flags>(&command);
+  command
+      .add_option("--service", flags->service,
+                  "ask for this service (default: the whole server; the "
+                  "worker also answers for cfdb.worker.v1.Worker)")
+      ->type_name("NAME");
+  return [flags](const std::vector<std::string>&) {
+    auto options = flags->client.Resolve(std::chrono::seconds(5));
+    return options ? RunHealth(*options, flags->service) : kExitUsage;
+  };
+}
+
+Runner AddStop(CLI::App& command) {
+  struct Flags {
+    explicit Flags(CLI::App* command)
+        : client(command,
+                 "deadline in seconds, > 0 (default: grace + 60, or 1 day "
+                 "when grace < 0)") {}
+    Client client;
+    std::string grace, if_idle_for;
+    CLI::Option* grace_option = nullptr;
+    CLI::Option* if_idle_option = nullptr;
+  };
+  auto flags = std::make_shared<Flags>(&command);
+  flags->grace_option = command
+                            .add_option("--grace-seconds,--grace", flags->grace,
+                                        "drain grace in seconds, required: " +
+                                            std::string(kGraceMeaning))
+                            ->type_name("SECONDS");
+  flags->if_idle_option =
+      command
+          .add_option("--if-idle-for-seconds", flags->if_idle_for,
+                      "stop only if the worker has been idle this long, >= "
+                      "0, decided by the worker as it takes the request "
+                      "(exit 65 when it keeps serving)")
+          ->type_name("SECONDS");
+  return [flags](const std::vector<std::string>&) -> int {
+    CLI::App* command = flags->client.command;
+    // No default: a plain `stop` meaning "cancel everything" surprised.
+    if (flags->grace_option->count() == 0) {
+      return Usage(command, absl::StrCat("--grace-seconds is required: ",
+                                         kGraceMeaning));
+    }
+    absl::StatusOr<double> seconds =
+        ParseSecondsFlag("--grace-seconds", flags->grace, SecondsRange::kAny);
+    if (!seconds.ok()) return Usage(command, seconds.status().message());
+    std::optional<double> idle_for;
+    if (flags->if_idle_option->count() > 0) {
+      absl::StatusOr<double> at_least =
+          ParseSecondsFlag("--if-idle-for-seconds", flags->if_idle_for,
+                           SecondsRange::kNonNegative);
+      if (!at_least.ok()) return Usage(command, at_least.status().message());
+      idle_for = *at_least;
+    }
+    auto options = flags->client.Resolve(StopDeadline(*seconds));
+    return options ? RunStop(*options, *seconds, idle_for) : kExitUsage;
+  };
+}
+
+}  // namespace
+
+std::vector<Command> ClientCommands() {
+  return {
+      RpcCommand(Rpc::kIdle, "", &AddIdle),
+      RpcCommand(Rpc::kHealth, "[--service NAME] (exit 0 only while SERVING)",
+                 &AddHealth),
+      RpcCommand(Rpc::kStop, "--grace-seconds S", &AddStop)};
+}
+
+}  // namespace cfdb::worker::cli

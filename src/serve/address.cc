@@ -1,0 +1,74 @@
+#include "serve/address.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace cfdb::worker {
+namespace {
+
+std::string_view Unbracketed(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+// LocalhostIsLoopback resolves "localhost" as gRPC will and says whether
+// every address it has is a loopback one (an /etc/hosts entry could say
+// otherwise).
+bool LocalhostIsLoopback() {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo("localhost", nullptr, &hints, &found) != 0) return false;
+  bool loopback = found != nullptr;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      loopback = loopback && (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      loopback = loopback && IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
+    } else {
+      loopback = false;
+    }
+  }
+  freeaddrinfo(found);
+  return loopback;
+}
+
+}  // namespace
+
+std::string JoinHostPort(std::string_view host, int port) {
+  if (host.find(':') != host.npos && host.front() != '[') {
+    return absl::StrCat("[", std::string(host), "]:", port);
+  }
+  return absl::StrCat(std::string(host), ":", port);
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host == "localhost") return LocalhostIsLoopback();
+  in_addr v4{};
+  if (inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  return inet_pton(AF_INET6, std::string(Unbracketed(host)).c_str(), &v6) ==
+             1 &&
+         IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+std::string LoopbackTarget(std::string_view host, int port) {
+  const std::string_view bare = Unbracketed(host);
+  if (bare == "::") return JoinHostPort("::1", port);
+  if (bare == "0.0.0.0" || bare == "localhost") {
+    return JoinHostPort("127.0.0.1", port);
+  }
+  return JoinHostPort(bare, port);
+}
+
+}  // namespace cfdb::worker
