@@ -13,7 +13,7 @@ CMAKE_FLAGS ?=
 # without tests needs neither.
 TESTS := $(if $(findstring CFDB_BUILD_TESTS=OFF,$(CMAKE_FLAGS)),OFF,ON)
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test bench clean generate
 
 # A ccache launcher (CMAKE_FLAGS=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache) caches
 # the files that use the precompiled headers (cmake/pch.cmake) only with
@@ -36,12 +36,28 @@ $(BUILD)/build.ninja: CMakeLists.txt tests/CMakeLists.txt | deps
 	  -DCFDB_WERROR=$(WERROR) $(CMAKE_FLAGS)
 
 configure: $(BUILD)/build.ninja
+	@[ "$(TESTS)" = OFF ] || ! grep -qs '^CFDB_BUILD_TESTS:BOOL=OFF' \
+	  $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCFDB_BUILD_TESTS=ON \
+	  -DCFDB_BUILD_BENCH=ON -DCFDB_BUILD_EXAMPLES=ON
 
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# The binary only: no tests, benchmarks or their packages. A build directory
+# it configures has no tests; `make test` turns them on there (configure).
+run:
+	@CFDB_NPM=OFF CFDB_DEPS=build scripts/install-deps.sh
+	@[ -f $(BUILD)/build.ninja ] || cmake -S . -B $(BUILD) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCFDB_WERROR=$(WERROR) \
+	  -DCFDB_BUILD_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target cfdb-worker
 	$(BUILD)/cfdb-worker serve $(ARGS)
+
+# Every table the docs show that the code holds (knobs, RPCs, commands,
+# exit codes, the Python client's registry), written from the code; the
+# test generated_docs fails when one differs.
+generate: build
+	$(BUILD)/cfdb-docgen write .
 
 test: build
 	ctest --test-dir $(BUILD) -j $(TEST_JOBS) --output-on-failure

@@ -21,6 +21,25 @@
 
 namespace cfdb::worker::cli {
 
+// BaseExitCode is an exit code every command shares, with what it means;
+// the client commands' others come from their error kinds (errors.h).
+struct BaseExitCode {
+  int code;
+  std::string_view meaning;
+};
+inline constexpr BaseExitCode kBaseExitCodes[] = {
+    {kExitOk,
+     "success (`serve`: the worker retired as designed: idle, max lifetime, "
+     "signal or `Stop`; `health`: SERVING)"},
+    {kExitRuntimeFailure,
+     "runtime failure (`serve`: the port is in use or cannot be bound, or "
+     "the listener was lost and the worker drained and left; `health`: the "
+     "worker answered NOT_SERVING)"},
+    {kExitUsage,
+     "bad flag or variable: `cfdb-worker <command>: <flag>: '<value>' <what "
+     "is wrong>` (an unknown flag gets \"did you mean\")"},
+};
+
 // Runner runs a command whose flags parsed, with the words that came after
 // "--" (the program of dispatch, addresses of reap), and returns its exit
 // code.

@@ -344,6 +344,31 @@ absl::StatusOr<JobOutcome> WorkerConnection::Attach(
   return Conclude(read, reader->Finish());
 }
 
+namespace {
+
+// JobInfoOf is one job as the worker reported it (ListJobs).
+JobInfo JobInfoOf(const v1::JobInfo& from) {
+  JobInfo job;
+  job.job_id = from.job_id();
+  job.kind = from.kind();
+  job.client = from.client();
+  job.program = from.program();
+  job.running = from.state() == v1::JobInfo::RUNNING;
+  job.attached = from.attached();
+  job.started = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          Seconds(from.started_unix_seconds())));
+  job.running_for = ToDuration(Seconds(from.running_seconds()));
+  job.retained_bytes = from.retained_bytes();
+  job.dropped_bytes = from.dropped_bytes();
+  job.written = {from.stdout_bytes(), from.stderr_bytes()};
+  job.detach_grace = GraceFromSeconds(from.detach_grace_seconds());
+  job.outcome = wire::OutcomeOf(from);
+  return job;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<JobInfo>> WorkerConnection::ListJobs(
     Duration timeout) {
   grpc::ClientContext context;
@@ -355,24 +380,7 @@ absl::StatusOr<std::vector<JobInfo>> WorkerConnection::ListJobs(
   if (!status.ok()) return wire::FromGrpc(status);
   std::vector<JobInfo> jobs;
   jobs.reserve(static_cast<size_t>(reply.jobs_size()));
-  for (const v1::JobInfo& from : reply.jobs()) {
-    JobInfo& job = jobs.emplace_back();
-    job.job_id = from.job_id();
-    job.kind = from.kind();
-    job.client = from.client();
-    job.program = from.program();
-    job.running = from.state() == v1::JobInfo::RUNNING;
-    job.attached = from.attached();
-    job.started = std::chrono::system_clock::time_point(
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            Seconds(from.started_unix_seconds())));
-    job.running_for = ToDuration(Seconds(from.running_seconds()));
-    job.retained_bytes = from.retained_bytes();
-    job.dropped_bytes = from.dropped_bytes();
-    job.written = {from.stdout_bytes(), from.stderr_bytes()};
-    job.detach_grace = GraceFromSeconds(from.detach_grace_seconds());
-    job.outcome = wire::OutcomeOf(from);
-  }
+  for (const v1::JobInfo& from : reply.jobs()) jobs.push_back(JobInfoOf(from));
   return jobs;
 }
 

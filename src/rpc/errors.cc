@@ -145,29 +145,57 @@ struct KindRow {
   std::string_view name;
   int exit_code;
   std::string_view meaning;
+  std::string_view summary;  // for docs/CLI.md's table
 };
 
 constexpr KindRow kKinds[] = {
-    {ErrorKind::kIdleUnavailable, "idle unavailable", 69, ""},
-    {ErrorKind::kTransient, "transient error", 75, ""},
-    {ErrorKind::kHandshakeError, "handshake error", 75, ""},
-    {ErrorKind::kRpcError, "rpc error", 76, ""},
-    {ErrorKind::kPermissionDenied, "permission denied", 77, ""},
+    {ErrorKind::kIdleUnavailable, "idle unavailable", 69, "",
+     "the worker predates the Idle RPC (`idle`): a capability, not a fault"},
+    {ErrorKind::kTransient, "transient error", 75, "",
+     "nothing was started: the worker is stopping or gone, its shutdown cut "
+     "the call off, the connection failed, the docket is full; for `idle`, "
+     "`health`, `stop` also a deadline; a plaintext call to a worker that "
+     "speaks TLS, which the message says. Retrying, here or elsewhere, may "
+     "work (`dispatch` attaches to make sure when its call was lost on the "
+     "way)"},
+    {ErrorKind::kHandshakeError, "handshake error", 75, "",
+     "transient, with TLS evidence: a credential mistake to diagnose"},
+    {ErrorKind::kRpcError, "rpc error", 76, "",
+     "deterministic (an invalid request, a message over a size limit, "
+     "unimplemented): do not retry"},
+    {ErrorKind::kPermissionDenied, "permission denied", 77, "",
+     "the worker's admission lists do not let this certificate's identity "
+     "call this RPC (docs/TLS.md); nothing ran"},
     {ErrorKind::kOutcomeUnknown, "accepted, outcome unknown", 74,
      "the job was accepted and started; whether it finished is unknown, so "
-     "do not resend it blindly (attach to it, if the worker is there)"},
+     "do not resend it blindly (attach to it, if the worker is there)",
+     "`dispatch`, `attach`: the job may have run, its outcome is unknown: "
+     "the stream broke and attaching again failed for the job's detach "
+     "grace, the worker's shutdown cut it off, or another call took the job "
+     "over; do not resend it blindly"},
     {ErrorKind::kAcceptedDeadlineExceeded, "accepted, deadline exceeded", 73,
      "the job was accepted and started; dispatch cancels it, after attach it "
-     "runs on"},
+     "runs on",
+     "`dispatch`, `attach`: the job was accepted and started, then "
+     "`--timeout-seconds` passed; `dispatch` cancels it, `attach` leaves it "
+     "running"},
     {ErrorKind::kMaybeStarted, "no answer before the deadline", 74,
      "the worker may have started the job before the deadline: do not "
-     "resend it blindly"},
+     "resend it blindly",
+     "`dispatch`: `--timeout-seconds` passed before any answer; the job may "
+     "have started"},
     {ErrorKind::kAlreadyExists, "already exists", 67,
      "attach to it (attach JOB_ID, or dispatch --attach-if-exists) rather "
-     "than run it again"},
+     "than run it again",
+     "`dispatch --job-id` of a job the worker runs or holds the result of; "
+     "nothing new ran"},
     {ErrorKind::kNotFound, "not found", 66,
-     "it never ran on this worker, or its result expired"},
-    {ErrorKind::kStillBusy, "still busy", 65, "the worker keeps serving"},
+     "it never ran on this worker, or its result expired",
+     "`attach`, `cancel`: no job of that id runs on the worker or has a "
+     "result retained"},
+    {ErrorKind::kStillBusy, "still busy", 65, "the worker keeps serving",
+     "`stop --if-idle-for-seconds` found the worker busy, not idle that "
+     "long, or holding unread results of detached jobs"},
 };
 
 constexpr const KindRow& kRpcErrorRow = kKinds[3];
@@ -188,6 +216,10 @@ int ExitCodeFor(ErrorKind kind) { return RowOf(kind).exit_code; }
 
 std::string_view ErrorKindMeaning(ErrorKind kind) {
   return RowOf(kind).meaning;
+}
+
+std::string_view ErrorKindSummary(ErrorKind kind) {
+  return RowOf(kind).summary;
 }
 
 std::span<const ErrorKind> AllErrorKinds() {

@@ -68,36 +68,39 @@ class CancelReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
+void FillJobInfo(const Job& job, TimePoint now, v1::JobInfo& info) {
+  const JobRequest& request = job.request();
+  info.set_job_id(request.job_id);
+  info.set_kind(request.kind);
+  info.set_client(request.client);
+  if (const ExecSpec* exec = FindExec(request);
+      exec != nullptr && !exec->argv.empty()) {
+    info.set_program(exec->argv.front());
+  }
+  info.set_started_unix_seconds(
+      std::chrono::duration<double>(job.started_wall().time_since_epoch())
+          .count());
+  const std::optional<TimePoint> ended = job.ended();
+  info.set_running_seconds(ToSeconds(ended.value_or(now) - job.started()));
+  const JobJournal::Stats output = job.journal().stats();
+  info.set_attached(output.attached);
+  info.set_retained_bytes(output.retained_bytes);
+  info.set_stdout_bytes(output.written.stdout_bytes);
+  info.set_stderr_bytes(output.written.stderr_bytes);
+  info.set_dropped_bytes(output.dropped.stdout_bytes +
+                         output.dropped.stderr_bytes);
+  info.set_detach_grace_seconds(request.detach_grace < Duration::zero()
+                                    ? -1
+                                    : ToSeconds(request.detach_grace));
+  const std::optional<JobOutcome> outcome = job.outcome();
+  info.set_state(outcome ? v1::JobInfo::ENDED : v1::JobInfo::RUNNING);
+  if (outcome) wire::SetOutcome(*outcome, info);
+}
+
 void ListJobs(Worker& worker, v1::ListJobsReply& reply) {
   const TimePoint now = SteadyClock::Get().Now();
   for (const std::shared_ptr<Job>& job : worker.Jobs()) {
-    const JobRequest& request = job->request();
-    v1::JobInfo* info = reply.add_jobs();
-    info->set_job_id(request.job_id);
-    info->set_kind(request.kind);
-    info->set_client(request.client);
-    if (const ExecSpec* exec = FindExec(request);
-        exec != nullptr && !exec->argv.empty()) {
-      info->set_program(exec->argv.front());
-    }
-    info->set_started_unix_seconds(
-        std::chrono::duration<double>(job->started_wall().time_since_epoch())
-            .count());
-    const std::optional<TimePoint> ended = job->ended();
-    info->set_running_seconds(ToSeconds(ended.value_or(now) - job->started()));
-    const JobJournal::Stats output = job->journal().stats();
-    info->set_attached(output.attached);
-    info->set_retained_bytes(output.retained_bytes);
-    info->set_stdout_bytes(output.written.stdout_bytes);
-    info->set_stderr_bytes(output.written.stderr_bytes);
-    info->set_dropped_bytes(output.dropped.stdout_bytes +
-                            output.dropped.stderr_bytes);
-    info->set_detach_grace_seconds(request.detach_grace < Duration::zero()
-                                       ? -1
-                                       : ToSeconds(request.detach_grace));
-    const std::optional<JobOutcome> outcome = job->outcome();
-    info->set_state(outcome ? v1::JobInfo::ENDED : v1::JobInfo::RUNNING);
-    if (outcome) wire::SetOutcome(*outcome, *info);
+    FillJobInfo(*job, now, *reply.add_jobs());
   }
 }
 

@@ -8,6 +8,10 @@
 
 namespace cfdb::worker {
 
+// FillJobInfo writes what `job` is at `now` (a monotonic reading) into
+// `info`, without argv past argv[0] or the environment.
+void FillJobInfo(const Job& job, TimePoint now, v1::JobInfo& info);
+
 // ListJobs writes the reply of a ListJobs call: every job `worker` runs or
 // retains (JobInfo), without argv past argv[0] or the environment.
 void ListJobs(Worker& worker, v1::ListJobsReply& reply);

@@ -402,26 +402,6 @@ TEST(ConfigTest, EveryNumberKnobRefusesValuesPastItsRange) {
   EXPECT_GE(checked, 20);
 }
 
-// README's table of serve's knobs is the table's: regenerate it from the
-// failure's output when a knob changes.
-TEST(ConfigTest, ReadmeKnobTableIsTheKnobTable) {
-  std::ifstream in(CFDB_README);
-  ASSERT_TRUE(in) << CFDB_README;
-  const std::string readme((std::istreambuf_iterator<char>(in)),
-                           std::istreambuf_iterator<char>());
-  const std::string expected = KnobTable(KnobScope::kServe);
-  const size_t start = readme.find(expected.substr(0, expected.find('\n')));
-  ASSERT_NE(start, std::string::npos) << "README.md has no knob table";
-  size_t end = start;
-  while (end < readme.size() && readme[end] == '|') {
-    end = readme.find('\n', end);
-    end = end == std::string::npos ? readme.size() : end + 1;
-  }
-  EXPECT_EQ(readme.substr(start, end - start), expected)
-      << "README.md's knob table should read:\n"
-      << expected;
-}
-
 TEST(ClosestNameTest, SuggestsOnlyWhatWasLikelyMeant) {
   const std::vector<std::string> names = {
       "--grace-seconds", "--grace", "--address", "--idle-threshold-seconds",

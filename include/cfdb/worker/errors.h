@@ -136,6 +136,10 @@ int ExitCodeFor(ErrorKind kind);
 // where it is.
 std::string_view ErrorKindMeaning(ErrorKind kind);
 
+// ErrorKindSummary returns what `kind` tells a caller, in a line, for the
+// docs' table of exit codes (docs/CLI.md, generated).
+std::string_view ErrorKindSummary(ErrorKind kind);
+
 // AllErrorKinds returns every kind, once each, in the enum's order.
 std::span<const ErrorKind> AllErrorKinds();
 
