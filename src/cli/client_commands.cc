@@ -168,21 +168,21 @@ Runner AddStop(CLI::App& command) {
                       "(exit 65 when it keeps serving)")
           ->type_name("SECONDS");
   return [flags](const std::vector<std::string>&) -> int {
-    CLI::App* command = flags->client.command;
+    CLI::App* app = flags->client.command;
     // No default: a plain `stop` meaning "cancel everything" surprised.
     if (flags->grace_option->count() == 0) {
-      return Usage(command, absl::StrCat("--grace-seconds is required: ",
-                                         kGraceMeaning));
+      return Usage(
+          app, absl::StrCat("--grace-seconds is required: ", kGraceMeaning));
     }
     absl::StatusOr<double> seconds =
         ParseSecondsFlag("--grace-seconds", flags->grace, SecondsRange::kAny);
-    if (!seconds.ok()) return Usage(command, seconds.status().message());
+    if (!seconds.ok()) return Usage(app, seconds.status().message());
     std::optional<double> idle_for;
     if (flags->if_idle_option->count() > 0) {
       absl::StatusOr<double> at_least =
           ParseSecondsFlag("--if-idle-for-seconds", flags->if_idle_for,
                            SecondsRange::kNonNegative);
-      if (!at_least.ok()) return Usage(command, at_least.status().message());
+      if (!at_least.ok()) return Usage(app, at_least.status().message());
       idle_for = *at_least;
     }
     auto options = flags->client.Resolve(StopDeadline(*seconds));

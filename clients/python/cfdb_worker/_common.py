@@ -1,7 +1,8 @@
-"""What the sync and the asyncio clients share: the events and results a
-caller sees, the requests they send, how a job's events are read (offsets,
-protocol checks), when dispatch attaches again after a lost stream, and the
-sources of streamed stdin. Nothing here makes a call."""
+"""What the operations (cfdb_worker._core) and both drivers share: the
+limits, the events and results a caller sees, the requests sent and how
+replies are read, how a job's events are read (offsets, protocol checks),
+when dispatch attaches again after a lost stream, and the sources of
+streamed stdin. Nothing here makes a call."""
 import dataclasses
 import math
 import os
@@ -9,12 +10,13 @@ import select
 import time
 import uuid
 from typing import (Any, AsyncIterable, BinaryIO, Callable, Dict, Iterable,
-                    Iterator, List, NamedTuple, Optional, Sequence, Union)
+                    Iterator, List, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import grpc
 
 from cfdb_worker import errors
-from cfdb_worker._wire import worker_pb2, worker_pb2_grpc
+from cfdb_worker._wire import worker_pb2
 
 # The worker's and the C++ client's limits and schedules
 # (include/cfdb/worker/limits.h; tests/test_packaging.py compares).
@@ -35,7 +37,6 @@ WHOLE_STDIN_BYTES = 1 << 20
 # Keepalive (limits.h's kClientKeepaliveTime, kClientKeepaliveTimeout).
 KEEPALIVE_TIME_SECONDS = 30.0
 KEEPALIVE_TIMEOUT_SECONDS = 10.0
-HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _SERVING = 1  # grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING
 
 # Channel options unless the caller gives its own: the message limit;
@@ -56,6 +57,14 @@ DEFAULT_OPTIONS = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 )
+
+
+def channel_options(options: Sequence[Tuple[str, Any]]) -> List[Tuple[str,
+                                                                      Any]]:
+    """The default channel options, overridden by the caller's."""
+    given = {key for key, _ in options}
+    return [option for option in DEFAULT_OPTIONS
+            if option[0] not in given] + list(options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,27 +184,6 @@ class JobInfo:
     outcome: Optional[Outcome]
 
 
-class Stubs:
-    """What a connection calls through: the worker's stub and the health
-    check on one channel; ValueError once the connection is closed."""
-
-    _closed = False
-
-    def _bind(self, channel: Any) -> None:
-        self._worker = worker_pb2_grpc.WorkerStub(channel)
-        self._health_check = channel.unary_unary(HEALTH_CHECK)
-
-    @property
-    def _stub(self) -> Any:
-        if self._closed:
-            raise ValueError("the connection is closed")
-        return self._worker
-
-    @property
-    def _health(self) -> Any:
-        return self._health_check if self._stub else None
-
-
 def positive(name: str, value: Optional[float]) -> Optional[float]:
     """A positive finite number of seconds as a float, or None; ValueError
     otherwise."""
@@ -303,6 +291,21 @@ def job_request(argv: Sequence[str], env: Optional[Dict[str, str]], cwd: str,
     return dispatch_request(argv, env, cwd, whole, time_limit, job_id,
                             payload, kind, detach_grace, attach_if_exists,
                             drop_oldest), source
+
+
+def input_request(request: Any) -> Any:
+    """The first message of a DispatchStream call: the request."""
+    return worker_pb2.DispatchInput(request=request)
+
+
+def input_chunk(data: bytes) -> Any:
+    """A DispatchStream message of stdin bytes."""
+    return worker_pb2.DispatchInput(stdin=data)
+
+
+def end_of_input() -> Any:
+    """The DispatchStream message that ends the input (EOF to the job)."""
+    return worker_pb2.DispatchInput(end_of_input=worker_pb2.EndOfInput())
 
 
 def split_stdin(stdin: Optional[StdinSource]) -> "tuple[bytes, Any]":
@@ -559,55 +562,6 @@ class JobReader:
                              self.job_id, self.lost)
         return JobResult(None, None, outcome, out, err, self.job_id,
                          self.lost)
-
-
-class InputPump:
-    """What both clients' stdin pumps share: start() once the job is
-    accepted, stop() when its input closed or the call ended, and the read
-    error that ended the input, if any."""
-
-    error: Optional[BaseException] = None
-
-    def start(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-    def failure(self) -> BaseException:
-        """What to raise for the read error: a wrong source as it is, an
-        I/O error as the job's end unknown (the worker cancels the job of a
-        cut-short input)."""
-        if isinstance(self.error, OSError):
-            return errors.OutcomeUnknown(
-                f"reading stdin failed ({self.error}); the job's input was "
-                "cut short and the worker cancels it")
-        assert self.error is not None
-        return self.error
-
-
-def on_message(reader: JobReader, message: Any,
-               pump: Optional[InputPump]) -> Optional[Event]:
-    """reader.take(message), starting or stopping the call's stdin pump:
-    input is read once the job is accepted, and no more once it is closed
-    (or the call attached to a job that exists: it takes no input)."""
-    event = reader.take(message)
-    if pump is not None:
-        if isinstance(event, Accepted):
-            pump.start()
-        elif isinstance(event, (Attached, InputClosed)):
-            pump.stop()
-    return event
-
-
-def call_failed(rpc: str, error: BaseException, reader: JobReader,
-                pump: Optional[InputPump]) -> BaseException:
-    """What to raise for a failed job call: the pump's read error, which
-    cancelled the call, rather than the cancellation it caused; else the
-    call's error, classified."""
-    if pump is not None and pump.error is not None:
-        return pump.failure()
-    return errors.classify(rpc, error, reader.call_started)
 
 
 def reattach_window(detach_grace: float) -> float:

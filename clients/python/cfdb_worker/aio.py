@@ -16,23 +16,16 @@ cancellation always cancels its job: a truncated input never passes for a
 whole one.
 """
 import asyncio
-from typing import (Any, AsyncIterator, Dict, List, Optional, Sequence,
-                    Tuple)
+from typing import Any, AsyncIterator, Optional
 
 import grpc
 import grpc.aio
 
-from cfdb_worker import errors
-from cfdb_worker._common import (Event, InputPump, JobInfo, JobReader,
-                                 JobResult, Offsets, Outcome, Reattach,
-                                 StdinSource, StopSummary, Stubs,
-                                 attach_request, call_failed, cancel_outcome,
-                                 cancel_request, check_size, chunks_of,
-                                 job_info, job_request, on_message, positive,
-                                 read_blocking, read_fd, serving, stop_request)
-from cfdb_worker._wire import worker_pb2
-from cfdb_worker.credentials import Credentials
-from cfdb_worker.connection import channel_options
+from cfdb_worker._common import (Event, StdinSource, chunks_of, end_of_input,
+                                 input_chunk, read_blocking, read_fd)
+from cfdb_worker._core import AsyncOperations
+from cfdb_worker._steps import (Emit, Input, InputFailed, Next, Pumped,
+                                ReadAll, Run, Sleep, Step, Stream, Unary)
 
 __all__ = ["AsyncWorkerConnection"]
 
@@ -70,7 +63,7 @@ async def _chunks(source: StdinSource,
             yield data
 
 
-class _AsyncInputPump(InputPump):
+class _InputPump:
     """Writes a DispatchStream call's input from a task of its own: the
     source's chunks once the job is accepted, each write awaited (gRPC's
     flow control holds it until the worker has room: a bounded window end
@@ -110,11 +103,10 @@ class _AsyncInputPump(InputPump):
             async for data in _chunks(self._source, self._stopped):
                 if self._stopped.is_set():
                     return
-                await self._write(worker_pb2.DispatchInput(stdin=data))
+                await self._write(input_chunk(data))
             if self._stopped.is_set():
                 return
-            await self._write(worker_pb2.DispatchInput(
-                end_of_input=worker_pb2.EndOfInput()))
+            await self._write(end_of_input())
             await self._call.done_writing()
         except asyncio.CancelledError:
             pass
@@ -125,7 +117,42 @@ class _AsyncInputPump(InputPump):
             self._call.cancel()
 
 
-class AsyncWorkerConnection(Stubs):
+class _Stream(Pumped):
+    """One streaming call on the loop and, with stdin, its input pump."""
+
+    def __init__(self, method: Any, step: Stream) -> None:
+        self._pump: Optional[_InputPump] = None
+        self._first: Any = None
+        if step.stdin is None:
+            self._call = method(step.request, timeout=step.timeout)
+        else:
+            self._call = method(timeout=step.timeout)
+            self._pump = _InputPump(self._call, step.stdin)
+            self._first = step.request  # written before the first read
+        self._messages = self._call.__aiter__()
+
+    async def next(self) -> Any:
+        if self._first is not None:
+            first, self._first = self._first, None
+            try:
+                await self._call.write(first)
+            except grpc.RpcError:
+                pass  # the call is over already; reading it says how
+        try:
+            return await self._messages.__anext__()
+        except StopAsyncIteration:
+            self.end()
+            return None
+        except (grpc.RpcError, asyncio.CancelledError):
+            self.end()
+            # A call cancelled by the pump on a read error: say that, not
+            # the cancellation (else the task's own cancellation, as is).
+            if self._pump is not None and self._pump.error is not None:
+                raise InputFailed(self._pump.error) from None
+            raise
+
+
+class AsyncWorkerConnection(AsyncOperations):
     """Talks to one worker at `address` ("host:port", or "unix:PATH", always
     without TLS) on asyncio, with the blocking WorkerConnection's surface
     and errors; every call is a coroutine (events() and attach_events()
@@ -134,131 +161,7 @@ class AsyncWorkerConnection(Stubs):
     many calls may be in flight at once. `async with` (or close()) releases
     the channel, cancelling calls still in flight."""
 
-    def __init__(self, address: str,
-                 credentials: Optional[Credentials] = None,
-                 options: Sequence[Tuple[str, Any]] = ()) -> None:
-        if not address:
-            raise ValueError("worker address is empty")
-        self.address = address
-        merged = channel_options(options)
-        if credentials is None or address.startswith("unix:"):
-            self._channel = grpc.aio.insecure_channel(address, merged)
-        else:
-            self._channel = grpc.aio.secure_channel(
-                address, credentials.channel_credentials(),
-                merged + credentials.channel_options())
-        self._bind(self._channel)
-
-    async def _unary(self, rpc: str, method: Any, request: Any,
-                     timeout: Optional[float]) -> Any:
-        try:
-            return await method(request, timeout=timeout)
-        except grpc.RpcError as e:
-            raise errors.classify(rpc, e) from None
-
-    async def idle(self, timeout: float = 5.0) -> float:
-        """WorkerConnection.idle: the worker's idle seconds."""
-        reply = await self._unary("idle", self._stub.Idle,
-                                  worker_pb2.IdleRequest(),
-                                  positive("timeout", timeout))
-        return float(reply.seconds)
-
-    async def stop(self, grace: float, timeout: Optional[float] = None,
-                   if_idle_for: Optional[float] = None) -> StopSummary:
-        """WorkerConnection.stop: a drain grace, and with `if_idle_for` a
-        conditional stop (StillBusy when refused)."""
-        request, timeout = stop_request(grace, timeout, if_idle_for)
-        reply = await self._unary("stop", self._stub.Stop, request, timeout)
-        return StopSummary(reply.drained, reply.cancelled)
-
-    def events(self, argv: Sequence[str], *,
-               env: Optional[Dict[str, str]] = None, cwd: str = "",
-               stdin: Optional[StdinSource] = None,
-               time_limit: Optional[float] = None,
-               job_id: Optional[str] = None, timeout: Optional[float] = None,
-               payload: bytes = b"", kind: str = "exec",
-               detach_grace: float = 0.0, attach_if_exists: bool = False,
-               drop_oldest: bool = False) -> AsyncIterator[Event]:
-        """WorkerConnection.events, as an async iterator; `stdin` may also
-        be an async iterable of bytes."""
-        request, source = job_request(argv, env, cwd, stdin, time_limit,
-                                      job_id, payload, kind, detach_grace,
-                                      attach_if_exists, drop_oldest)
-        reader = JobReader(request.job_id, gather=False)
-        return self._job_events(request, source, reader,
-                                positive("timeout", timeout))
-
-    async def dispatch(self, argv: Sequence[str], *,
-                       env: Optional[Dict[str, str]] = None, cwd: str = "",
-                       stdin: Optional[StdinSource] = None,
-                       time_limit: Optional[float] = None,
-                       job_id: Optional[str] = None,
-                       timeout: Optional[float] = None, payload: bytes = b"",
-                       kind: str = "exec", detach_grace: float = 0.0,
-                       attach_if_exists: bool = False,
-                       drop_oldest: bool = False,
-                       reattach: bool = True) -> JobResult:
-        """WorkerConnection.dispatch: the job's end and whole output,
-        attaching again after a lost stream."""
-        request, source = job_request(argv, env, cwd, stdin, time_limit,
-                                      job_id, payload, kind, detach_grace,
-                                      attach_if_exists, drop_oldest)
-        timeout = positive("timeout", timeout)
-        policy = Reattach(request.detach_grace_seconds, timeout, reattach)
-        reader = JobReader(request.job_id)
-        events = self._job_events(request, source, reader, timeout)
-        while True:
-            try:
-                async for _ in events:
-                    pass
-                return reader.result()
-            except errors.WorkerError as e:
-                delay = policy.delay_after(e)
-            await asyncio.sleep(delay)
-            events = self._attach_events(request.job_id, reader.offsets,
-                                         reader, policy.timeout())
-
-    def attach_events(self, job_id: str, offsets: Optional[Offsets] = None,
-                      timeout: Optional[float] = None
-                      ) -> AsyncIterator[Event]:
-        """WorkerConnection.attach_events, as an async iterator."""
-        return self._attach_events(job_id, offsets,
-                                   JobReader(job_id, gather=False),
-                                   positive("timeout", timeout))
-
-    async def attach(self, job_id: str, offsets: Optional[Offsets] = None,
-                     timeout: Optional[float] = None) -> JobResult:
-        """WorkerConnection.attach: the job's end and its output from
-        `offsets`."""
-        reader = JobReader(job_id)
-        async for _ in self._attach_events(job_id, offsets, reader,
-                                           positive("timeout", timeout)):
-            pass
-        return reader.result()
-
-    async def jobs(self, timeout: float = 5.0) -> List[JobInfo]:
-        """WorkerConnection.jobs: what the worker runs or retains."""
-        reply = await self._unary("jobs", self._stub.ListJobs,
-                                  worker_pb2.ListJobsRequest(),
-                                  positive("timeout", timeout))
-        return [job_info(job) for job in reply.jobs]
-
-    async def cancel(self, job_id: str, grace: float,
-                     timeout: Optional[float] = None) -> Outcome:
-        """WorkerConnection.cancel: TERM, KILL after `grace`; the job's
-        end."""
-        request = cancel_request(job_id, grace)
-        reply = await self._unary("cancel", self._stub.Cancel, request,
-                                  positive("timeout",
-                                           request.grace_seconds + 60.0
-                                           if timeout is None else timeout))
-        return cancel_outcome(reply)
-
-    async def health(self, timeout: float = 5.0) -> bool:
-        """WorkerConnection.health: True while SERVING."""
-        reply = await self._unary("health", self._health, b"",
-                                  positive("timeout", timeout))
-        return serving(reply)
+    _grpc = grpc.aio
 
     async def close(self) -> None:
         """Releases the channel, cancelling calls in flight; later calls
@@ -272,63 +175,43 @@ class AsyncWorkerConnection(Stubs):
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    def _attach_events(self, job_id: str, offsets: Optional[Offsets],
-                       reader: JobReader,
-                       timeout: Optional[float]) -> AsyncIterator[Event]:
-        reader.begin_call()
-        return self._read("attach", self._stub.Attach(
-            attach_request(job_id, offsets), timeout=timeout), reader)
+    def _open(self, step: Stream) -> _Stream:
+        return _Stream(self._method(step.method), step)
 
-    async def _job_events(self, request: Any, source: Optional[StdinSource],
-                          reader: JobReader,
-                          timeout: Optional[float]) -> AsyncIterator[Event]:
-        reader.begin_call()
-        if source is not None:
-            call = self._stub.DispatchStream(timeout=timeout)
-            pump = _AsyncInputPump(call, source)
-            try:
-                await call.write(worker_pb2.DispatchInput(request=request))
-            except grpc.RpcError:
-                pass  # the call is over already; reading it says how
-            try:
-                async for event in self._read("dispatch", call, reader,
-                                              pump):
-                    yield event
-                return
-            except errors.RpcError as e:
-                if e.code != grpc.StatusCode.UNIMPLEMENTED or reader.started:
-                    raise
-            # A worker from before DispatchStream: none of the source was
-            # read (that starts at acceptance), so it goes whole in the
-            # request.
-            stopped = asyncio.Event()
-            request.exec.stdin = b"".join(
-                [data async for data in _chunks(source, stopped)])
-            check_size(request)
-        async for event in self._read("dispatch", self._stub.Dispatch(
-                request, timeout=timeout), reader):
-            yield event
-
-    async def _read(self, rpc: str, call: Any, reader: JobReader,
-                    pump: Optional[_AsyncInputPump] = None
-                    ) -> AsyncIterator[Event]:
+    async def _go(self, run: Run[Any]) -> AsyncIterator[Event]:
         try:
-            async for message in call:
-                event = on_message(reader, message, pump)
-                if event is not None:
-                    yield event
-                if reader.outcome is not None:
-                    return
-        except grpc.RpcError as e:
-            raise call_failed(rpc, e, reader, pump) from None
-        except asyncio.CancelledError:
-            # A cancelled call: by the pump on a read error (say that), or
-            # the task's own cancellation.
-            if pump is not None and pump.error is not None:
-                raise pump.failure() from None
-            raise
+            while run.step is not None:
+                step = run.step
+                if isinstance(step, Emit):
+                    yield step.event
+                    run.reply()
+                    continue
+                try:
+                    reply = await self._do(step)
+                except (grpc.RpcError, InputFailed) as e:
+                    run.fail(e)
+                else:
+                    run.reply(reply)
         finally:
-            if pump is not None:
-                pump.stop(call_ended=True)
-            call.cancel()
-        raise reader.no_end()
+            for stream in run.streams:
+                stream.end()
+            run.close()
+
+    async def _do(self, step: Step) -> Any:
+        if isinstance(step, Unary):
+            return await self._method(step.method)(step.request,
+                                                   timeout=step.timeout)
+        if isinstance(step, Stream):
+            return self._open(step)
+        if isinstance(step, Next):
+            return await step.stream.next()
+        if isinstance(step, ReadAll):
+            return b"".join([data async for data in
+                             _chunks(step.source, asyncio.Event())])
+        if isinstance(step, Input):
+            step.stream.input(step.go)
+        elif isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+        else:
+            raise TypeError(f"not a step: {step!r}")
+        return None

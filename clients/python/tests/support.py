@@ -12,6 +12,8 @@ import tempfile
 import threading
 import time
 
+import grpc
+
 BINARY = os.environ.get("CFDB_WORKER_BINARY", "build/cfdb-worker")
 
 # Every worker a test started and has not killed yet.
@@ -38,6 +40,20 @@ if os.environ.get("CFDB_TEST_WATCHDOG_SECONDS"):  # tests/CMakeLists.txt
     # later, still before ctest's bound. It cannot kill the workers.
     faulthandler.dump_traceback_later(
         float(os.environ["CFDB_TEST_WATCHDOG_SECONDS"]) + 30, exit=True)
+
+
+class Failed(grpc.RpcError):
+    """A failed call as grpc raises it: a code and its details."""
+
+    def __init__(self, code, details):
+        super().__init__()
+        self._code, self._details = code, details
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
 
 
 class Worker:

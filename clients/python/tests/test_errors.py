@@ -15,7 +15,7 @@ import grpc
 import cfdb_worker
 from cfdb_worker import WorkerConnection, _rpcs, errors
 from cfdb_worker._wire import worker_pb2, worker_pb2_grpc
-from support import AsyncClient, BlockingClient
+from support import AsyncClient, BlockingClient, Failed
 
 CASES = os.environ.get("CFDB_ERROR_CASES", os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests",
@@ -42,18 +42,6 @@ class EvidenceWordsTest(unittest.TestCase):
             self.assertEqual(getattr(errors, name),
                              tuple(re.findall(r'"([^"]*)"', body.group(0))),
                              f"errors.{name} against errors.cc's {function}")
-
-
-class Failed(grpc.RpcError):
-    def __init__(self, code, details):
-        super().__init__()
-        self._code, self._details = code, details
-
-    def code(self):
-        return self._code
-
-    def details(self):
-        return self._details
 
 
 def error_kinds():

@@ -1,0 +1,272 @@
+"""Each operation of a connection, written once as a generator of steps
+(cfdb_worker._steps), and bound to both drivers: SyncOperations are
+WorkerConnection's methods, AsyncOperations AsyncWorkerConnection's. A new
+unary RPC is a function here, as idle() is, and a line in each class."""
+from typing import Any, Dict, List, Optional, Sequence
+
+import grpc
+
+from cfdb_worker import errors
+from cfdb_worker._common import (Accepted, Attached, InputClosed, JobInfo,
+                                 JobReader, JobResult, Offsets, Outcome,
+                                 Reattach, StdinSource, StopSummary,
+                                 attach_request, cancel_outcome,
+                                 cancel_request, check_size, input_request,
+                                 job_info, job_request, positive, serving,
+                                 stop_request)
+from cfdb_worker._rpcs import RPCS
+from cfdb_worker._steps import (AsyncDriver, Emit, Input, InputFailed, Next,
+                                ReadAll, Sleep, Steps, Stream, SyncDriver,
+                                Unary, async_events, async_op, sync_events,
+                                sync_op)
+from cfdb_worker._wire import worker_pb2
+
+
+def unary(rpc: str, request: Any, timeout: Optional[float]) -> Steps[Any]:
+    """The reply of a unary call of `rpc` (a key of RPCS), or its error,
+    classified."""
+    try:
+        return (yield Unary(RPCS[rpc].name, request, timeout))
+    except grpc.RpcError as e:
+        raise errors.classify(rpc, e) from None
+
+
+def idle(timeout: float = 5.0) -> Steps[float]:
+    """Seconds since the worker's docket last became empty (startup
+    counts as empty); 0.0 while any job runs. ValueError for a timeout
+    that is not positive (no call is made); IdleUnavailable when the
+    worker predates the Idle RPC."""
+    reply = yield from unary("idle", worker_pb2.IdleRequest(),
+                             positive("timeout", timeout))
+    return float(reply.seconds)
+
+
+def stop(grace: float, timeout: Optional[float] = None,
+         if_idle_for: Optional[float] = None) -> Steps[StopSummary]:
+    """Stops the worker with a drain grace in seconds: 0 cancels the
+    jobs in flight now, > 0 lets them run up to that long, < 0 without
+    limit. Returns once the drain is over. `timeout` bounds the call
+    (default: the grace and a minute more, a day without limit).
+    With `if_idle_for` (seconds), a conditional stop: the worker stops
+    only if its docket has been empty that long and no detached job's
+    result is unread, decided atomically with admission; StillBusy
+    otherwise, and it keeps serving."""
+    request, call_timeout = stop_request(grace, timeout, if_idle_for)
+    reply = yield from unary("stop", request, call_timeout)
+    return StopSummary(reply.drained, reply.cancelled)
+
+
+def events(argv: Sequence[str], *,
+           env: Optional[Dict[str, str]] = None, cwd: str = "",
+           stdin: Optional[StdinSource] = None,
+           time_limit: Optional[float] = None,
+           job_id: Optional[str] = None, timeout: Optional[float] = None,
+           payload: bytes = b"", kind: str = "exec",
+           detach_grace: float = 0.0, attach_if_exists: bool = False,
+           drop_oldest: bool = False) -> Steps[None]:
+    """Runs `argv` (no shell) on the worker with exactly `env` (nothing
+    else is inherited), `cwd` and `time_limit` seconds, and yields its
+    events over one call: Accepted (or Attached, with
+    attach_if_exists, for a job of that id that exists), Output
+    chunks with their offsets, at most one InputClosed, then one Exit
+    or Failure. Bad arguments raise here (ValueError, TypeError).
+
+    `stdin`: bytes (up to 1 MiB go whole in the request), or, streamed
+    as the job reads it (DispatchStream), larger bytes, a binary file
+    object, an iterable of bytes (asyncio: an async iterable too) or an
+    os file descriptor (not closed). A worker without DispatchStream
+    gets it whole.
+    `job_id` names the job (default: a fresh "py-UUID"); a second job of
+    an id that runs or is retained is refused (AlreadyExists) unless
+    `attach_if_exists`. `detach_grace`: how long the job runs on once
+    no call is attached (0: cancelled at once; < 0: without limit).
+    `drop_oldest`: a full output buffer drops its oldest bytes rather
+    than pausing the job. `timeout` bounds the whole call.
+
+    Errors are raised as the iteration reaches them: before Accepted
+    TransientRpcError means retrying may work (a call lost on the way
+    may have been accepted all the same: resend it with the same
+    job_id and attach_if_exists, as dispatch() finds out by attaching);
+    after it, OutcomeUnknown or AcceptedDeadlineExceeded: never resend
+    blindly (attach to it: dispatch() does)."""
+    # Not a generator itself: the arguments are checked at the call.
+    request, source = job_request(argv, env, cwd, stdin, time_limit,
+                                  job_id, payload, kind, detach_grace,
+                                  attach_if_exists, drop_oldest)
+    reader = JobReader(request.job_id, gather=False)
+    return job_calls(request, source, reader, positive("timeout", timeout))
+
+
+def dispatch(argv: Sequence[str], *,
+             env: Optional[Dict[str, str]] = None, cwd: str = "",
+             stdin: Optional[StdinSource] = None,
+             time_limit: Optional[float] = None,
+             job_id: Optional[str] = None,
+             timeout: Optional[float] = None, payload: bytes = b"",
+             kind: str = "exec", detach_grace: float = 0.0,
+             attach_if_exists: bool = False, drop_oldest: bool = False,
+             reattach: bool = True) -> Steps[JobResult]:
+    """events(), gathered: the job's end and its whole output. When the
+    stream is lost after the job started (OutcomeUnknown), it attaches
+    again from the offsets it got to, with a backoff (0.5 s doubling to
+    10 s), for the job's detach grace (at least 10 s, a minute without
+    limit) and within `timeout`: the job's own end comes back, not
+    the lost stream. A stream lost on the way before Accepted came is
+    attached to as well, to see whether the job started:
+    TransientRpcError only when no job of its id is there (or no worker
+    answers). Without reattach=False, OutcomeUnknown remains only for a
+    worker that is really gone, once the job started (or NotFound: one
+    that no longer knows the job, e.g. restarted)."""
+    request, source = job_request(argv, env, cwd, stdin, time_limit,
+                                  job_id, payload, kind, detach_grace,
+                                  attach_if_exists, drop_oldest)
+    call_timeout = positive("timeout", timeout)
+    policy = Reattach(request.detach_grace_seconds, call_timeout, reattach)
+    reader = JobReader(request.job_id)
+    calls = job_calls(request, source, reader, call_timeout)
+    while True:
+        try:
+            yield from calls
+            return reader.result()
+        except errors.WorkerError as e:
+            delay = policy.delay_after(e)
+        yield Sleep(delay)
+        calls = attach_call(attach_request(request.job_id, reader.offsets),
+                            reader, policy.timeout())
+
+
+def attach_events(job_id: str, offsets: Optional[Offsets] = None,
+                  timeout: Optional[float] = None) -> Steps[None]:
+    """Reads job `job_id`'s events again from byte `offsets` (stdout,
+    stderr; default the start of what is kept): Attached, Output from
+    there (each with its offset), live, then its Exit or Failure.
+    This call becomes the job's one attached call: the one attached
+    before ends (OutcomeUnknown, code ABORTED). NotFound for an unknown
+    or expired id. A failure after Attached leaves the job running,
+    detached, with its detach grace counted anew."""
+    reader = JobReader(job_id, gather=False)
+    return attach_call(attach_request(job_id, offsets), reader,
+                       positive("timeout", timeout))
+
+
+def attach(job_id: str, offsets: Optional[Offsets] = None,
+           timeout: Optional[float] = None) -> Steps[JobResult]:
+    """attach_events(), gathered: the job's end and its output from
+    `offsets` (JobResult.lost: bytes the worker no longer kept)."""
+    reader = JobReader(job_id)
+    yield from attach_call(attach_request(job_id, offsets), reader,
+                           positive("timeout", timeout))
+    return reader.result()
+
+
+def jobs(timeout: float = 5.0) -> Steps[List[JobInfo]]:
+    """The jobs the worker runs or retains, oldest first."""
+    reply = yield from unary("jobs", worker_pb2.ListJobsRequest(),
+                             positive("timeout", timeout))
+    return [job_info(job) for job in reply.jobs]
+
+
+def cancel(job_id: str, grace: float,
+           timeout: Optional[float] = None) -> Steps[Outcome]:
+    """Cancels one job: SIGTERM to its processes, SIGKILL after `grace`
+    seconds (0: at once); returns its end (Exit or Failure) once it has
+    ended. NotFound for an unknown or expired id. `timeout` bounds the
+    call (default: the grace and a minute more)."""
+    request = cancel_request(job_id, grace)
+    reply = yield from unary("cancel", request, positive(
+        "timeout", request.grace_seconds + 60.0
+        if timeout is None else timeout))
+    return cancel_outcome(reply)
+
+
+def health(timeout: float = 5.0) -> Steps[bool]:
+    """True while the worker's gRPC health service says SERVING (it
+    turns NOT_SERVING the moment a drain begins)."""
+    reply = yield from unary("health", b"", positive("timeout", timeout))
+    return serving(reply)
+
+
+def job_calls(request: Any, source: Optional[StdinSource],
+              reader: JobReader, timeout: Optional[float]) -> Steps[None]:
+    """A dispatch's call, its events read into `reader`: DispatchStream
+    when stdin is streamed, else Dispatch."""
+    reader.begin_call()
+    if source is not None:
+        stream = yield Stream("DispatchStream", input_request(request),
+                              timeout, source)
+        try:
+            yield from read_job("dispatch", stream, reader)
+            return
+        except errors.RpcError as e:
+            if e.code != grpc.StatusCode.UNIMPLEMENTED or reader.started:
+                raise
+        # A worker from before DispatchStream: none of the source was read
+        # (that starts at acceptance), so it goes whole in the request.
+        request.exec.stdin = yield ReadAll(source)
+        check_size(request)
+    stream = yield Stream("Dispatch", request, timeout)
+    yield from read_job("dispatch", stream, reader)
+
+
+def attach_call(request: Any, reader: JobReader,
+                timeout: Optional[float]) -> Steps[None]:
+    """An Attach call, its events read into `reader`."""
+    reader.begin_call()
+    stream = yield Stream("Attach", request, timeout)
+    yield from read_job("attach", stream, reader)
+
+
+def read_job(rpc: str, stream: Any, reader: JobReader) -> Steps[None]:
+    """Emits the events of a job's stream until its end; raises its
+    failure, classified. The stdin is read once the job is accepted, and
+    no more once it is closed (or the call attached to a job that exists:
+    it takes no input)."""
+    while True:
+        try:
+            message = yield Next(stream)
+        except grpc.RpcError as e:
+            raise errors.classify(rpc, e, reader.call_started) from None
+        except InputFailed as e:
+            raise e.failure() from None
+        if message is None:
+            raise reader.no_end()
+        event = reader.take(message)
+        if isinstance(event, Accepted):
+            yield Input(stream, go=True)
+        elif isinstance(event, (Attached, InputClosed)):
+            yield Input(stream, go=False)
+        if event is not None:
+            yield Emit(event)
+        if reader.outcome is not None:
+            return
+
+
+class SyncOperations(SyncDriver):
+    """The operations as WorkerConnection's blocking methods (each name is
+    the function of that name above, bound)."""
+
+    idle = sync_op(idle)
+    stop = sync_op(stop)
+    events = sync_events(events)
+    dispatch = sync_op(dispatch)
+    # Its call opens at once, as it always has; events()' at its first read.
+    attach_events = sync_events(attach_events, at_once=True)
+    attach = sync_op(attach)
+    jobs = sync_op(jobs)
+    cancel = sync_op(cancel)
+    health = sync_op(health)
+
+
+class AsyncOperations(AsyncDriver):
+    """The operations as AsyncWorkerConnection's coroutines and async
+    iterators."""
+
+    idle = async_op(idle)
+    stop = async_op(stop)
+    events = async_events(events)
+    dispatch = async_op(dispatch)
+    attach_events = async_events(attach_events, at_once=True)
+    attach = async_op(attach)
+    jobs = async_op(jobs)
+    cancel = async_op(cancel)
+    health = async_op(health)
