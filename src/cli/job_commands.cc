@@ -72,6 +72,21 @@ class Output {
   StreamOffsets from_;
 };
 
+// CancelJob cancels job `job_id` (Cancel, with the signal's kill grace) for
+// `reason`, saying so on stderr, and how it failed if it did.
+void CancelJob(WorkerConnection& connection, const std::string& job_id,
+               std::string_view reason) {
+  std::cerr << "cfdb-worker: " << reason << ": cancelling job " << job_id
+            << "\n";
+  absl::StatusOr<JobOutcome> ended =
+      connection.Cancel(job_id, kSignalCancelGrace,
+                        kSignalCancelGrace + std::chrono::seconds(30));
+  if (!ended.ok()) {
+    std::cerr << "cfdb-worker: cancelling job " << job_id
+              << " failed: " << ended.status() << "\n";
+  }
+}
+
 // CancelOnSignal cancels the job (Cancel RPC) when this process gets
 // SIGINT, SIGTERM or SIGHUP: a command that is asked to end ends its job,
 // rather than leaving it to its detach grace. A second signal ends the
@@ -140,15 +155,8 @@ class CancelOnSignal {
       }
       if (cancelled || signal_ == 0 || !accepted_ || done_) continue;
       cancelled = true;
-      std::cerr << "cfdb-worker: SIG" << sigabbrev_np(signal_)
-                << ": cancelling job " << job_id_ << "\n";
-      absl::StatusOr<JobOutcome> ended =
-          connection_.Cancel(job_id_, kSignalCancelGrace,
-                             kSignalCancelGrace + std::chrono::seconds(30));
-      if (!ended.ok()) {
-        std::cerr << "cfdb-worker: cancelling job " << job_id_
-                  << " failed: " << ended.status() << "\n";
-      }
+      CancelJob(connection_, job_id_,
+                absl::StrCat("SIG", sigabbrev_np(signal_)));
     }
   }
 
@@ -187,9 +195,8 @@ bool LostStream(Rpc rpc, const absl::Status& status) {
          !absl::IsAborted(status);
 }
 
-}  // namespace
-
-int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
+// RequestOf is the request `dispatch` sends (a generated id if none).
+JobRequest RequestOf(const DispatchOptions& dispatch) {
   JobRequest request;
   request.job_id =
       dispatch.job_id.empty()
@@ -198,8 +205,7 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
                 std::chrono::system_clock::now().time_since_epoch().count())
           : dispatch.job_id;
   request.kind = dispatch.kind;
-  const bool exec = request.kind == kExecKind;
-  if (exec) {
+  if (request.kind == kExecKind) {
     MutableExec(request).argv = dispatch.argv;
     MutableExec(request).env = dispatch.env;
     MutableExec(request).cwd = dispatch.cwd;
@@ -211,137 +217,174 @@ int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   request.detach_grace = GraceFromSeconds(dispatch.detach_grace_seconds);
   request.attach_if_exists = dispatch.attach_if_exists;
   request.drop_oldest = dispatch.drop_oldest;
-  // Stdin is streamed unless it is a terminal (as before: a job should not
-  // wait on someone's keyboard by accident), it was closed, or --no-stdin
-  // says no. A stdin inherited from our parent has no close-on-exec flag
-  // (it survived the exec); a descriptor 0 that has one was opened in this
-  // process (gRPC's libraries open an eventfd before main), so the real
-  // stdin was closed (`<&-`) and fd 0 is not ours to read.
+  return request;
+}
+
+// StreamsStdin says whether our stdin goes to the job as a stream: unless
+// it is a terminal (a job should not wait on someone's keyboard by
+// accident), it was closed, or --no-stdin says no. A stdin inherited from
+// our parent has no close-on-exec flag (it survived the exec); a
+// descriptor 0 that has one was opened in this process (gRPC's libraries
+// open an eventfd before main), so the real stdin was closed (`<&-`) and
+// fd 0 is not ours to read.
+bool StreamsStdin(const DispatchOptions& dispatch) {
   const int stdin_flags = fcntl(STDIN_FILENO, F_GETFD);
-  const bool stream_stdin = dispatch.read_stdin && stdin_flags != -1 &&
-                            (stdin_flags & FD_CLOEXEC) == 0 &&
-                            !isatty(STDIN_FILENO);
+  return dispatch.read_stdin && stdin_flags != -1 &&
+         (stdin_flags & FD_CLOEXEC) == 0 && !isatty(STDIN_FILENO);
+}
+
+// A Dispatching is one `dispatch` command's job in flight: its calls on
+// one connection, and the outcome and RPC of the last of them.
+class Dispatching {
+ public:
+  Dispatching(const ClientOptions& options, WorkerConnection& connection,
+              JobRequest request)
+      : options_(options),
+        connection_(connection),
+        request_(std::move(request)),
+        signals_(connection, request_.job_id),
+        output_(request_.job_id),
+        callbacks_(output_.Callbacks([this] { signals_.Accepted(); })) {
+    if (options.timeout > Duration::zero()) timeout_ = options.timeout;
+  }
+
+  // Run sends the job, follows it to its end through lost streams, and
+  // returns the command's exit code.
+  int Run(bool stream_stdin, double detach_grace_seconds) {
+    Send(stream_stdin);
+    Reattach(detach_grace_seconds);
+    if (!outcome_.ok() && rpc_ == Rpc::kAttach &&
+        !Accepted(outcome_.status()) &&
+        IsTransient(ClassifyError(rpc_, outcome_.status()))) {
+      // The job had started, and attaching again ran out: not "nothing
+      // started" but its outcome unknown.
+      outcome_ = MarkAccepted(outcome_.status());
+    }
+    if (!outcome_.ok() && ClassifyError(rpc_, outcome_.status()) ==
+                              ErrorKind::kAcceptedDeadlineExceeded) {
+      // --timeout-seconds is the caller's deadline for the job, not only
+      // for watching it: a job nobody waits for any more is cancelled now
+      // rather than left running detached for its grace.
+      CancelJob(connection_, request_.job_id, "--timeout-seconds passed");
+    }
+    if (!outcome_.ok()) return Fail(rpc_, options_, outcome_.status());
+    return Ended(request_.job_id, *outcome_, signals_.signal());
+  }
+
+ private:
+  // Send dispatches the job, with retries. A retry sends the same id: a
+  // job under it is the one an earlier attempt started, its Accepted lost
+  // with the call, so it is attached to.
+  void Send(bool stream_stdin) {
+    outcome_ = WithRetries(options_.attempts, Rpc::kDispatch, [&] {
+      if (++attempt_ > 1) request_.attach_if_exists = true;
+      return stream_stdin
+                 ? connection_.DispatchStream(request_, STDIN_FILENO,
+                                              callbacks_, timeout_)
+                 : connection_.Dispatch(request_, callbacks_, timeout_);
+    });
+    if (!stream_stdin || !absl::IsUnimplemented(outcome_.status()) ||
+        Accepted(outcome_.status())) {
+      return;
+    }
+    // A worker from before DispatchStream: none of stdin was read (that
+    // starts at acceptance), so an exec job's goes whole in the request, as
+    // it did; another kind's input is its payload.
+    const bool exec = request_.kind == kExecKind;
+    spdlog::warn("{}: the worker predates streamed stdin; sending {}",
+                 options_.address, exec ? "it whole" : "the job without it");
+    if (exec) {
+      MutableExec(request_).stdin_data.assign(
+          std::istreambuf_iterator<char>(std::cin),
+          std::istreambuf_iterator<char>());
+    }
+    Send(false);
+  }
+
+  // Reattach follows a lost stream, which is not the job's end: it
+  // attaches again from where the output got to, with a backoff, while
+  // the job may still be there. The window for trying starts at each loss
+  // (a stream that was attached again and broke later gets a window of its
+  // own); an attach that took lasts as long as the job, bounded only by
+  // --timeout-seconds. A dispatch lost before its Accepted came may have
+  // started the job all the same: attach to see (again while that attach
+  // is itself lost on the way); if it finds no job (or no worker), the
+  // dispatch's own error stands. A signal ends the watching, but not that
+  // look: the attach lets its cancel reach the job.
+  void Reattach(double detach_grace_seconds) {
+    const TimePoint deadline = timeout_ ? start_ + *timeout_ : TimePoint::max();
+    TimePoint give_up = TimePoint::min();
+    Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor,
+                    kRetryMaxDelay);
+    std::optional<absl::Status> unanswered;  // the dispatch's, while probing
+    while (!outcome_.ok()) {
+      const absl::Status& status = outcome_.status();
+      // The attach that looks for the job has not reached it (yet).
+      const bool probing = unanswered && !Accepted(status);
+      const bool probe_lost = probing &&
+                              IsTransient(ClassifyError(rpc_, status)) &&
+                              LostOnTheWay(status);
+      if (probing && !probe_lost) {
+        outcome_ = *std::move(unanswered);
+        rpc_ = Rpc::kDispatch;
+        return;
+      }
+      const bool first_loss = MayHaveBeenAccepted(rpc_, status);
+      if (!first_loss && !probe_lost) {
+        unanswered.reset();
+        if (signals_.signal() != 0 ||
+            (!LostStream(rpc_, status) &&
+             !(rpc_ == Rpc::kAttach &&
+               IsTransient(ClassifyError(rpc_, status))))) {
+          return;
+        }
+      }
+      const TimePoint now = std::chrono::steady_clock::now();
+      if (first_loss) unanswered = status;
+      if (first_loss || LostStream(rpc_, status)) {
+        give_up =
+            std::min(now + ReattachWindow(detach_grace_seconds), deadline);
+        backoff.Succeeded();  // each loss starts the schedule again
+      }
+      const Duration delay = backoff.Failed();
+      if (now + delay >= give_up) return;
+      spdlog::warn("job {}: {}; attaching {} in {:.1f} s from offsets {}/{}",
+                   request_.job_id, status.ToString(),
+                   unanswered ? "to see whether it started" : "again",
+                   ToSeconds(delay), output_.from().stdout_bytes,
+                   output_.from().stderr_bytes);
+      std::this_thread::sleep_for(delay);
+      rpc_ = Rpc::kAttach;
+      std::optional<Duration> left;
+      if (timeout_) left = deadline - std::chrono::steady_clock::now();
+      outcome_ =
+          connection_.Attach(request_.job_id, output_.from(), callbacks_, left);
+    }
+  }
+
+  const ClientOptions& options_;
+  WorkerConnection& connection_;
+  JobRequest request_;
+  const TimePoint start_ = std::chrono::steady_clock::now();
+  CancelOnSignal signals_;
+  Output output_;
+  const DispatchCallbacks callbacks_;
+  std::optional<Duration> timeout_;
+  int attempt_ = 0;
+  Rpc rpc_ = Rpc::kDispatch;
+  absl::StatusOr<JobOutcome> outcome_ = absl::UnknownError("not sent");
+};
+
+}  // namespace
+
+int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
+  const bool stream_stdin = StreamsStdin(dispatch);  // before we open any fd
   auto connection = Connect(options.address, options);
   if (!connection.ok()) {
     return Fail(Rpc::kDispatch, options, connection.status());
   }
-  const TimePoint start = std::chrono::steady_clock::now();
-  CancelOnSignal signals(**connection, request.job_id);
-  Output output(request.job_id);
-  const DispatchCallbacks callbacks =
-      output.Callbacks([&signals] { signals.Accepted(); });
-  std::optional<Duration> timeout;
-  if (options.timeout > Duration::zero()) timeout = options.timeout;
-  // A retry sends the same id: a job under it is the one an earlier
-  // attempt started, its Accepted lost with the call, so it is attached to.
-  int attempt = 0;
-  absl::StatusOr<JobOutcome> outcome =
-      WithRetries(options.attempts, Rpc::kDispatch, [&] {
-        if (++attempt > 1) request.attach_if_exists = true;
-        return stream_stdin
-                   ? (*connection)
-                         ->DispatchStream(request, STDIN_FILENO, callbacks,
-                                          timeout)
-                   : (*connection)->Dispatch(request, callbacks, timeout);
-      });
-  if (stream_stdin && absl::IsUnimplemented(outcome.status()) &&
-      !Accepted(outcome.status())) {
-    // A worker from before DispatchStream: none of stdin was read (that
-    // starts at acceptance), so an exec job's goes whole in the request, as
-    // it did; another kind's input is its payload.
-    spdlog::warn("{}: the worker predates streamed stdin; sending {}",
-                 options.address, exec ? "it whole" : "the job without it");
-    if (exec) {
-      MutableExec(request).stdin_data.assign(
-          std::istreambuf_iterator<char>(std::cin),
-          std::istreambuf_iterator<char>());
-    }
-    outcome = WithRetries(options.attempts, Rpc::kDispatch, [&] {
-      if (++attempt > 1) request.attach_if_exists = true;
-      return (*connection)->Dispatch(request, callbacks, timeout);
-    });
-  }
-  // A lost stream is not the job's end: attach again from where the output
-  // got to, with a backoff, while the job may still be there. The window
-  // for trying starts at each loss (a stream that was attached again and
-  // broke later gets a window of its own); an attach that took lasts as
-  // long as the job, bounded only by --timeout-seconds. A dispatch lost
-  // before its Accepted came may have started the job all the same: attach
-  // to see (again while that attach is itself lost on the way); if it finds
-  // no job (or no worker), the dispatch's own error stands. A signal ends
-  // the watching, but not that look: the attach lets its cancel reach the
-  // job.
-  Rpc rpc = Rpc::kDispatch;
-  const TimePoint deadline = timeout ? start + *timeout : TimePoint::max();
-  TimePoint give_up = TimePoint::min();
-  Backoff backoff(kRetryInitialDelay, Backoff::kDefaultFactor, kRetryMaxDelay);
-  std::optional<absl::Status> unanswered;  // the dispatch's, while probing
-  while (!outcome.ok()) {
-    const absl::Status& status = outcome.status();
-    // The attach that looks for the job has not reached it (yet).
-    const bool probing = unanswered && !Accepted(status);
-    const bool probe_lost = probing &&
-                            IsTransient(ClassifyError(rpc, status)) &&
-                            LostOnTheWay(status);
-    if (probing && !probe_lost) {
-      outcome = *std::move(unanswered);
-      rpc = Rpc::kDispatch;
-      break;
-    }
-    const bool first_loss = MayHaveBeenAccepted(rpc, status);
-    if (!first_loss && !probe_lost) {
-      unanswered.reset();
-      if (signals.signal() != 0 ||
-          (!LostStream(rpc, status) &&
-           !(rpc == Rpc::kAttach && IsTransient(ClassifyError(rpc, status))))) {
-        break;
-      }
-    }
-    const TimePoint now = std::chrono::steady_clock::now();
-    if (first_loss) unanswered = status;
-    if (first_loss || LostStream(rpc, status)) {
-      give_up = std::min(now + ReattachWindow(dispatch.detach_grace_seconds),
-                         deadline);
-      backoff.Succeeded();  // each loss starts the schedule again
-    }
-    const Duration delay = backoff.Failed();
-    if (now + delay >= give_up) break;
-    spdlog::warn("job {}: {}; attaching {} in {:.1f} s from offsets {}/{}",
-                 request.job_id, outcome.status().ToString(),
-                 unanswered ? "to see whether it started" : "again",
-                 ToSeconds(delay), output.from().stdout_bytes,
-                 output.from().stderr_bytes);
-    std::this_thread::sleep_for(delay);
-    rpc = Rpc::kAttach;
-    std::optional<Duration> left;
-    if (timeout) left = deadline - std::chrono::steady_clock::now();
-    outcome =
-        (*connection)->Attach(request.job_id, output.from(), callbacks, left);
-  }
-  if (!outcome.ok() && rpc == Rpc::kAttach && !Accepted(outcome.status()) &&
-      IsTransient(ClassifyError(rpc, outcome.status()))) {
-    // The job had started, and attaching again ran out: not "nothing
-    // started" but its outcome unknown.
-    outcome = MarkAccepted(outcome.status());
-  }
-  if (!outcome.ok() && ClassifyError(rpc, outcome.status()) ==
-                           ErrorKind::kAcceptedDeadlineExceeded) {
-    // --timeout-seconds is the caller's deadline for the job, not only for
-    // watching it: a job nobody waits for any more is cancelled now rather
-    // than left running detached for its grace.
-    std::cerr << "cfdb-worker: --timeout-seconds passed: cancelling job "
-              << request.job_id << "\n";
-    absl::StatusOr<JobOutcome> cancelled =
-        (*connection)
-            ->Cancel(request.job_id, kSignalCancelGrace,
-                     kSignalCancelGrace + std::chrono::seconds(30));
-    if (!cancelled.ok()) {
-      std::cerr << "cfdb-worker: cancelling job " << request.job_id
-                << " failed: " << cancelled.status() << "\n";
-    }
-  }
-  if (!outcome.ok()) return Fail(rpc, options, outcome.status());
-  return Ended(request.job_id, *outcome, signals.signal());
+  return Dispatching(options, **connection, RequestOf(dispatch))
+      .Run(stream_stdin, dispatch.detach_grace_seconds);
 }
 
 int RunAttach(const ClientOptions& options, const std::string& job_id,

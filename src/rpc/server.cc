@@ -294,6 +294,41 @@ class WorkerServer::Impl {
   bool shut_down ABSL_GUARDED_BY(mu) = false;
 };
 
+// SetChannelArguments sets what every connection to the server gets: no
+// shared port, the message sizes, keepalive and the limits (ServerLimits;
+// the default stream limit is the docket's `max_concurrent_tasks` and the
+// control streams).
+void SetChannelArguments(grpc::ServerBuilder& builder,
+                         const ServerOptions& options,
+                         int max_concurrent_tasks) {
+  // Without this, gRPC binds with SO_REUSEPORT and a second worker on the
+  // same port would start and share the traffic instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(options.limits.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Keepalive (see kMinClientPingInterval and kKeepaliveTime in server.h).
+  // Pings without data are unlimited: the server's own pings must go on for
+  // as long as a silent job runs.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      Milliseconds(kMinClientPingInterval));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             Milliseconds(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             Milliseconds(options.keepalive_timeout));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // The limits (ServerLimits).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             Milliseconds(options.limits.handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             Milliseconds(options.limits.max_connection_idle));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.limits.max_concurrent_streams > 0
+                                 ? options.limits.max_concurrent_streams
+                                 : max_concurrent_tasks + kControlStreams);
+}
+
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     Worker& worker, ServerOptions options) {
   if (!options.admit.empty() &&
@@ -302,7 +337,6 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
         "admission lists need mutual TLS: without a client certificate there "
         "is no identity to admit");
   }
-  const ServerLimits limits = options.limits;
   auto impl = std::make_unique<Impl>(worker, options);
   // Our own health service, not gRPC's built-in one.
   grpc::EnableDefaultHealthCheckService(false);
@@ -323,35 +357,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   builder.RegisterService(&impl->health_service);
   if (options.wool_compat) builder.RegisterService(&impl->wool_service);
   builder.RegisterCallbackGenericService(&impl->unknown_methods);
-  // Without this, gRPC binds with SO_REUSEPORT and a second worker on the
-  // same port would start and share the traffic instead of failing.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(limits.max_receive_message_bytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  // Keepalive (see kMinClientPingInterval and kKeepaliveTime in server.h).
-  // Pings without data are unlimited: the server's own pings must go on for
-  // as long as a silent job runs.
-  builder.AddChannelArgument(
-      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-      Milliseconds(kMinClientPingInterval));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
-                             Milliseconds(options.keepalive_time));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                             Milliseconds(options.keepalive_timeout));
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  // The limits (ServerLimits).
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             Milliseconds(limits.handshake_timeout));
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                             Milliseconds(limits.max_connection_idle));
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONCURRENT_STREAMS,
-      limits.max_concurrent_streams > 0
-          ? limits.max_concurrent_streams
-          : worker.options().max_concurrent_tasks + kControlStreams);
+  SetChannelArguments(builder, options, worker.options().max_concurrent_tasks);
   grpc::ResourceQuota quota("cfdb-worker");
-  quota.Resize(limits.memory_quota_bytes);
+  quota.Resize(options.limits.memory_quota_bytes);
   builder.SetResourceQuota(quota);
   impl->server = builder.BuildAndStart();
   if (impl->server != nullptr && impl->unix_socket && unix_port == 0) {

@@ -350,6 +350,44 @@ int ThreadCount() {
   return threads;
 }
 
+// RegisterKinds registers the exec kind (unless the configuration turns it
+// off), in the process's containment, then the embedding program's kinds;
+// the latter's error, logged, is Serve's.
+absl::Status RegisterKinds(
+    Worker& worker, const PreparedServe& prepared, const Process& process,
+    const std::function<absl::Status(Worker&)>& register_kinds) {
+  if (prepared.config.exec_kind) {
+    ExecOptions exec = prepared.exec;
+    exec.containment = process.containment.get();
+    exec.nofile = process.nofile;
+    (void)worker.RegisterKind(kExecKind, ExecKind(exec));
+  }
+  if (!register_kinds) return absl::OkStatus();
+  absl::Status s = register_kinds(worker);
+  if (!s.ok()) spdlog::error("registering job kinds: {}", s.ToString());
+  return s;
+}
+
+// RetirementHooks are the retirement policy's ways to the worker: the
+// self-poll over the worker's own address (`host`:`port`, with the
+// credentials a client uses) and the worker's stops.
+RetirementPolicy::Hooks RetirementHooks(Worker& worker, const std::string& host,
+                                        int port,
+                                        const Credentials& credentials) {
+  return {.connect = SelfPollFactory(host, port, credentials),
+          .dial_fresh = FreshDial(host, port, credentials),
+          .can_open_descriptor = &CanOpenDescriptor,
+          .stop =
+              [&worker](StopRequest request) {
+                worker.RequestStop(std::move(request));
+              },
+          .stop_if_idle =
+              [&worker](StopRequest request, Duration idle_for) {
+                return worker.RequestStopIfIdle(std::move(request), idle_for);
+              },
+          .stop_state = [&worker] { return worker.stop_state(); }};
+}
+
 // ServeWorker runs a resolved configuration to the worker's retirement,
 // with logging set up (Serve, in serve.h, says what it returns).
 absl::Status ServeWorker(
@@ -396,17 +434,9 @@ absl::Status ServeWorker(
   }
   process.containment->StartSweeping();
   const MemoryTrimmer trimmer;
-  if (exec_kind) {
-    ExecOptions exec = prepared.exec;
-    exec.containment = process.containment.get();
-    exec.nofile = process.nofile;
-    (void)worker.RegisterKind(kExecKind, ExecKind(exec));
-  }
-  if (register_kinds) {
-    if (absl::Status s = register_kinds(worker); !s.ok()) {
-      spdlog::error("registering job kinds: {}", s.ToString());
-      return s;
-    }
+  if (absl::Status s = RegisterKinds(worker, prepared, process, register_kinds);
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(
       worker, ServerOptions{
@@ -426,18 +456,7 @@ absl::Status ServeWorker(
 
   RetirementPolicy policy(
       config.retirement, SteadyClock::Get(), shutdown.watcher(),
-      {.connect = SelfPollFactory(config.host, port, credentials),
-       .dial_fresh = FreshDial(config.host, port, credentials),
-       .can_open_descriptor = &CanOpenDescriptor,
-       .stop =
-           [&worker](StopRequest request) {
-             worker.RequestStop(std::move(request));
-           },
-       .stop_if_idle =
-           [&worker](StopRequest request, Duration idle_for) {
-             return worker.RequestStopIfIdle(std::move(request), idle_for);
-           },
-       .stop_state = [&worker] { return worker.stop_state(); }});
+      RetirementHooks(worker, config.host, port, credentials));
   const AcceptFailureWatch accept_failures(policy, shutdown);
   std::unique_ptr<MetricsReporter> metrics =
       StartMetrics(config, worker, policy);

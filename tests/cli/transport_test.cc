@@ -237,11 +237,15 @@ TEST_P(TransportTest, AJobOutlivesItsCallerAndIsReadAgainAndCancelled) {
   // take longer than a second under ASan at ctest -j6, and a job that ended
   // before one saw it left the loop waiting for ever), kills its dispatch,
   // lets the job end and attaches from another process; it gives up after
-  // 600 polls.
+  // 600 polls. The dispatch sends no stdin (--no-stdin): a streamed input
+  // (a background shell's /dev/null) whose end_of_input had not reached
+  // the worker before the kill is cut short, and that cancels the job by
+  // design (the CI run that failed this way under load).
   const std::string go = dir_.path("go");
   const std::string script = absl::StrCat(
       b, " dispatch", flags,
-      " --job-id handle --detach-grace-seconds -1 -- sh -c 'seq 1 20000; "
+      " --job-id handle --detach-grace-seconds -1 --no-stdin -- sh -c "
+      "'seq 1 20000; "
       "until [ -e ",
       go, " ]; do sleep 0.05; done; exit 3' >/dev/null & p=$!; n=0; until ", b,
       " jobs", flags, " | grep -q '^handle .* yes'; do n=$((n+1)); ",
