@@ -300,7 +300,7 @@ class WorkerServer::Impl {
 // control streams).
 void SetChannelArguments(grpc::ServerBuilder& builder,
                          const ServerOptions& options,
-                         int max_concurrent_tasks) {
+                         std::size_t max_concurrent_tasks) {
   // Without this, gRPC binds with SO_REUSEPORT and a second worker on the
   // same port would start and share the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -323,10 +323,11 @@ void SetChannelArguments(grpc::ServerBuilder& builder,
                              Milliseconds(options.limits.handshake_timeout));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              Milliseconds(options.limits.max_connection_idle));
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             options.limits.max_concurrent_streams > 0
-                                 ? options.limits.max_concurrent_streams
-                                 : max_concurrent_tasks + kControlStreams);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONCURRENT_STREAMS,
+      options.limits.max_concurrent_streams > 0
+          ? options.limits.max_concurrent_streams
+          : static_cast<int>(max_concurrent_tasks) + kControlStreams);
 }
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
