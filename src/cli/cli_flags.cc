@@ -100,6 +100,7 @@ Client::Client(CLI::App* command, const std::string& timeout_help,
 
 std::optional<ClientOptions> Client::Resolve(Duration default_timeout) const {
   (void)SetUpLogging("warn", LogFormat::kText);
+  LogLibraryLinesAtDebug();
   const KnobValues given = knobs.Given();
   absl::StatusOr<ClientConfig> config =
       ResolveClientConfig(given, ProcessEnv());

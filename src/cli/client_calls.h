@@ -51,7 +51,9 @@ inline Duration StopDeadline(double grace_seconds) {
 // plaintext call that failed at the transport ("Socket closed") to a
 // worker that answers TLS (SpeaksTls, 2 s at most) says "the worker at X
 // speaks TLS: pass --tls-ca, --tls-cert and --tls-key", which also makes it
-// a handshake error (errors.h).
+// a handshake error (errors.h); a TLS call that met plaintext (OpenSSL's
+// "wrong version number") says "the worker at X answers plaintext, not
+// TLS".
 absl::Status Explained(Rpc rpc, const std::string& address,
                        const ClientOptions& options,
                        const absl::Status& status);

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cfdb/worker/connection.h"
@@ -51,6 +52,16 @@ void WriteAll(int fd, std::string_view data) {
 absl::Status Explained(Rpc rpc, const std::string& address,
                        const ClientOptions& options,
                        const absl::Status& status) {
+  // OpenSSL's word for a first reply that is not TLS at all: an HTTP/2
+  // frame from a plaintext worker.
+  if (options.credentials.kind != Credentials::Kind::kInsecure &&
+      absl::StrContains(status.message(), "wrong version number")) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat(status.message(), "; the worker at ", address,
+                     " answers plaintext, not TLS: drop --tls-ca, --tls-cert "
+                     "and --tls-key, or start it with its own"));
+  }
   if (options.credentials.kind != Credentials::Kind::kInsecure ||
       ClassifyError(rpc, status) != ErrorKind::kTransient ||
       !absl::IsUnavailable(status) ||

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace cfdb::worker {
@@ -60,6 +61,35 @@ bool IsLoopbackHost(std::string_view host) {
   return inet_pton(AF_INET6, std::string(Unbracketed(host)).c_str(), &v6) ==
              1 &&
          IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+bool TargetHasPort(std::string_view target) {
+  if (target.starts_with("unix:") || target.starts_with("unix-abstract:")) {
+    return true;
+  }
+  for (std::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (target.starts_with(scheme)) {
+      target.remove_prefix(scheme.size());
+      break;
+    }
+  }
+  if (target.starts_with("//")) {  // dns://AUTHORITY/HOST:PORT
+    target.remove_prefix(2);
+    const std::size_t slash = target.find('/');
+    if (slash == target.npos) return false;
+    target.remove_prefix(slash + 1);
+  }
+  const std::size_t colon = target.rfind(':');
+  if (colon == target.npos) return false;
+  const std::string_view host = target.substr(0, colon);
+  const std::string_view port = target.substr(colon + 1);
+  if (host.empty() || port.empty()) return false;
+  for (char c : port) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  // An IPv6 host needs its brackets, or its last group reads as the port.
+  return host.find(':') == host.npos ||
+         (host.front() == '[' && host.back() == ']');
 }
 
 std::string LoopbackTarget(std::string_view host, int port) {

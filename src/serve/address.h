@@ -17,6 +17,12 @@ std::string JoinHostPort(std::string_view host, int port);
 // resolve to today.
 bool IsLoopbackHost(std::string_view host);
 
+// TargetHasPort says whether a client's target names the port to dial:
+// HOST:PORT, [IPV6]:PORT, after an optional dns:, dns:/// or ipv4:/ipv6:
+// scheme; a unix: or unix-abstract: target needs none. gRPC would dial a
+// target without one on port 443, which no worker listens on by default.
+bool TargetHasPort(std::string_view target);
+
 // LoopbackTarget returns the address the serve loop dials to poll its own
 // worker, with `port`: 127.0.0.1 (or [::1]) for a wildcard host or
 // "localhost", otherwise the listen host itself.

@@ -14,6 +14,7 @@
 #include "cfdb/worker/rpcs.h"
 #include "rpc/san_match.h"
 #include "rpc/unix_socket.h"
+#include "serve/address.h"
 #include "serve/identity.h"
 #include "serve/scale_in.h"
 #include "spdlog/spdlog.h"
@@ -146,6 +147,11 @@ absl::Status SetTlsVariable(const Setting& s, TlsSettings::File& out) {
 }
 
 absl::Status SetAddress(const Setting& s, ClientConfig& c) {
+  if (!s.text.empty() && !TargetHasPort(s.text)) {
+    return s.Bad(
+        "has no port (HOST:PORT, e.g. 127.0.0.1:50051, [::1]:50051 or "
+        "unix:PATH)");
+  }
   return s.NonEmpty(c.address);
 }
 

@@ -1,10 +1,13 @@
 #include "serve/logging.h"
 
+#include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/log.h"
@@ -95,8 +98,16 @@ LogThrottle& LibraryLog() {
 
 // LogFromLibrary logs a line of `source` (gRPC, protobuf) from `file`:`line`
 // in its code; those at warn and above through the throttle, by place.
+std::atomic<bool>& LibraryLinesAtDebug() {
+  static std::atomic<bool> at_debug{false};
+  return at_debug;
+}
+
 void LogFromLibrary(spdlog::level::level_enum level, std::string_view source,
                     std::string_view message, const char* file, int line) {
+  if (LibraryLinesAtDebug().load(std::memory_order_relaxed)) {
+    level = std::min(level, spdlog::level::debug);
+  }
   std::vector<LogField> fields = {
       {"source", source}, {"file", file}, {"line", line}};
   if (level < spdlog::level::warn) {
@@ -126,7 +137,9 @@ void GrpcLog(gpr_log_func_args* args) {
     absl::MutexLock lock(&hook.mu);
     if (hook.hook) hook.hook();
   }
-  LogFromLibrary(args->severity == GPR_LOG_SEVERITY_ERROR
+  // Said in the worker's own words (WorkerServer::Start's "cannot listen").
+  const bool ours = absl::StrContains(args->message, "No address added out of");
+  LogFromLibrary(args->severity == GPR_LOG_SEVERITY_ERROR && !ours
                      ? spdlog::level::err
                      : spdlog::level::debug,
                  "grpc", args->message, args->file, args->line);
@@ -150,6 +163,10 @@ std::shared_ptr<spdlog::logger>& RawLogger() {
 }
 
 }  // namespace
+
+void LogLibraryLinesAtDebug() {
+  LibraryLinesAtDebug().store(true, std::memory_order_relaxed);
+}
 
 void FlushLibraryLog() { LibraryLog().Flush(); }
 

@@ -24,7 +24,16 @@ namespace cfdb::worker {
 // handshake, a request that is not UTF-8), go through a LogThrottle: one
 // line per place in their code per period, with a count. Call once, early,
 // from main.
+// gRPC's "No address added out of total N resolved" goes to debug: the
+// worker says why it cannot listen in its own words (WorkerServer::Start).
 absl::Status SetUpLogging(std::string_view level, LogFormat format);
+
+// LogLibraryLinesAtDebug sends gRPC's and protobuf's own lines to debug
+// whatever their severity: a client command's failure is one line that
+// carries gRPC's message already (the CLI's Fail), and a second, raw copy
+// ("Handshake failed with fatal error SSL_ERROR_SSL ...") only confuses.
+// Call after SetUpLogging. Thread-safe.
+void LogLibraryLinesAtDebug();
 
 // FlushLibraryLog tells how many of gRPC's and protobuf's lines the throttle
 // held back that no later line told (LogThrottle::Flush). Call at exit.

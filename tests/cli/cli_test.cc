@@ -1,4 +1,5 @@
 // The cfdb-worker binary, run as a user would run it.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <optional>
@@ -403,6 +404,26 @@ TEST(CliTest, PortInUseIsARuntimeFailure) {
   EXPECT_EQ(RunExec(second), JobOutcome::Exited(1));
   EXPECT_THAT(second.err(), HasSubstr("cannot listen on"));
   EXPECT_THAT(second.err(), HasSubstr("the address is in use"));
+  EXPECT_THAT(second.err(), ::testing::Not(HasSubstr("No address added")))
+      << "gRPC's own words for it are a debug line";
+}
+
+// A TLS call to a plaintext worker says so, in one line.
+TEST(CliTest, ATlsCallToAPlaintextWorkerSaysItAnswersPlaintext) {
+  test_support::TestPki pki;
+  const test_support::Pem client = pki.Leaf("client", {"DNS:client"});
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  CollectingJob idle(
+      Command({"idle", "--address", daemon.address(), "--tls-ca", pki.ca().cert,
+               "--tls-cert", client.cert, "--tls-key", client.key}));
+  EXPECT_EQ(RunExec(idle), JobOutcome::Exited(75));
+  EXPECT_THAT(idle.err(), HasSubstr("handshake error (UNAVAILABLE): "));
+  EXPECT_THAT(idle.err(), HasSubstr("; the worker at " + daemon.address() +
+                                    " answers plaintext, not TLS: drop "
+                                    "--tls-ca, --tls-cert and --tls-key"));
+  const std::string err = idle.err();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1)
+      << "gRPC's own handshake line is not a second one: " << err;
 }
 
 }  // namespace

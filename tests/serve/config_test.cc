@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -277,6 +278,34 @@ TEST(LoopbackTargetTest, DialsLoopbackForWildcardAndLoopbackHosts) {
   EXPECT_EQ(LoopbackTarget("::", 9000), "[::1]:9000");
   EXPECT_EQ(LoopbackTarget("10.1.2.3", 9000), "10.1.2.3:9000")
       << "a specific address is dialled as it is";
+}
+
+TEST(TargetHasPortTest, EveryTargetGrpcDialsNamesItsPort) {
+  for (const char* target :
+       {"127.0.0.1:50051", "localhost:1", "[::1]:50051", "dns:///host:9",
+        "dns://8.8.8.8/host:9", "ipv4:10.0.0.1:80", "ipv6:[::1]:80",
+        "unix:/run/w.sock", "unix-abstract:w"}) {
+    EXPECT_TRUE(TargetHasPort(target)) << target;
+  }
+  for (const char* target :
+       {"localhost", "127.0.0.1", "::1", "[::1]", "host:", ":50051",
+        "host:http", "dns:///host", "dns://8.8.8.8", "10.0.0.1:5x"}) {
+    EXPECT_FALSE(TargetHasPort(target)) << "'" << target << "'";
+  }
+}
+
+TEST(ConfigTest, AnAddressWithoutAPortIsRefusedNotDialledOn443) {
+  for (const auto& [flags, env, source] :
+       {std::tuple{Flags{{"--address", "localhost"}}, Env{}, "--address"},
+        std::tuple{Flags{}, Env{{"CFDB_WORKER_ADDRESS", "10.0.0.5"}},
+                   "CFDB_WORKER_ADDRESS"}}) {
+    absl::StatusOr<ClientConfig> c = ResolveClientConfig(flags, FakeEnv(env));
+    ASSERT_FALSE(c.ok()) << source;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(c.status().message()),
+                HasSubstr(absl::StrCat(source, ": '")));
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("has no port"));
+  }
 }
 
 TEST(IsLoopbackHostTest, OnlyLoopbackLiteralsAndLocalhost) {
