@@ -3,9 +3,11 @@ Wool polls and retires a cfdb-worker with Wool's own names, stubs generated
 here from proto/wool/runtime/protobuf/wire/worker.proto: the service
 wool.runtime.protobuf.wire.Worker, `idle(Void) -> IdleTime{seconds}` and
 `stop(StopRequest{timeout}) -> Void`, timeout being the drain grace."""
+import atexit
 import concurrent.futures
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -26,6 +28,7 @@ PROTO_ROOT = os.environ.get(
 def wool_modules():
     """Generates and imports wool.runtime.protobuf.wire.worker_pb2{,_grpc}."""
     out = tempfile.mkdtemp(prefix="cfdb-wool-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     rc = protoc.main(["protoc", f"-I{PROTO_ROOT}", f"--python_out={out}",
                       f"--grpc_python_out={out}",
                       "wool/runtime/protobuf/wire/worker.proto"])
