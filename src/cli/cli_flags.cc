@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/exec.h"
 #include "core/errno_text.h"
+#include "serve/address.h"
 #include "serve/logging.h"
 #include "serve/tls_knobs.h"
 
@@ -371,6 +372,13 @@ absl::Status ReapFlags::Finish(const std::vector<std::string>& more) {
     return absl::InvalidArgumentError(
         "no addresses (give them as arguments, '-' for stdin, or with "
         "--addresses-from)");
+  }
+  // As --address is checked (knobs.cc): gRPC would dial port 443.
+  for (const std::string& address : reap.addresses) {
+    if (!TargetHasPort(address)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", address, "' has no port (", std::string(kTargetForms), ")"));
+    }
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,10 @@ bool IsLoopbackHost(std::string_view host);
 // target without one on port 443, which no worker listens on by default.
 bool TargetHasPort(std::string_view target);
 
+// kTargetForms names the forms of a target, for a message that refuses one.
+inline constexpr std::string_view kTargetForms =
+    "HOST:PORT, e.g. 127.0.0.1:50051, [::1]:50051 or unix:PATH";
+
 // LoopbackTarget returns the address the serve loop dials to poll its own
 // worker, with `port`: 127.0.0.1 (or [::1]) for a wildcard host or
 // "localhost", otherwise the listen host itself.

@@ -148,9 +148,7 @@ absl::Status SetTlsVariable(const Setting& s, TlsSettings::File& out) {
 
 absl::Status SetAddress(const Setting& s, ClientConfig& c) {
   if (!s.text.empty() && !TargetHasPort(s.text)) {
-    return s.Bad(
-        "has no port (HOST:PORT, e.g. 127.0.0.1:50051, [::1]:50051 or "
-        "unix:PATH)");
+    return s.Bad(absl::StrCat("has no port (", std::string(kTargetForms), ")"));
   }
   return s.NonEmpty(c.address);
 }

@@ -231,5 +231,12 @@ TEST(ReapTest, NoAddressIsAUsageError) {
   EXPECT_THAT(reap.err(), HasSubstr("no addresses"));
 }
 
+TEST(ReapTest, AnAddressWithoutAPortIsAUsageError) {
+  CollectingJob reap(Command({"reap", "--idle-threshold-seconds", "1",
+                              "127.0.0.1:50051", "worker-3.internal"}));
+  EXPECT_EQ(RunExec(reap), JobOutcome::Exited(2));
+  EXPECT_THAT(reap.err(), HasSubstr("'worker-3.internal' has no port"));
+}
+
 }  // namespace
 }  // namespace cfdb::worker
