@@ -5,7 +5,7 @@
 //   // text: 2026-...Z info exiting (reason=idle, idle_seconds=612.5)
 //
 // By default the fields are appended to the message as text. A formatter
-// that renders fields itself (the daemon's JSON lines, daemon/logging.h)
+// that renders fields itself (the daemon's JSON lines, serve/logging.h)
 // turns that off with SetStructuredLogging(true) and reads the fields of the
 // record it formats with CurrentLogFields().
 #pragma once

@@ -96,12 +96,14 @@ LogThrottle& LibraryLog() {
   return *throttle;
 }
 
-// LogFromLibrary logs a line of `source` (gRPC, protobuf) from `file`:`line`
-// in its code; those at warn and above through the throttle, by place.
+// LibraryLinesAtDebug is LogLibraryLinesAtDebug's switch.
 std::atomic<bool>& LibraryLinesAtDebug() {
   static std::atomic<bool> at_debug{false};
   return at_debug;
 }
+
+// LogFromLibrary logs a line of `source` (gRPC, protobuf) from `file`:`line`
+// in its code; those at warn and above through the throttle, by place.
 
 void LogFromLibrary(spdlog::level::level_enum level, std::string_view source,
                     std::string_view message, const char* file, int line) {

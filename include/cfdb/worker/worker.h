@@ -55,7 +55,7 @@ struct JobKind {
 };
 
 // Job is one job as the worker runs it: its request, its cancellation
-// (flag, eventfd, kill grace) and its journal (core/job_journal.h): the
+// (flag, eventfd, kill grace) and its journal (job_journal.h): the
 // output and the outcome that clients read, a handle that outlives any one
 // call. A transport makes one per dispatch (subclassing it, e.g. to stream
 // stdin), hands it to Worker::Dispatch, and attaches a reader for its
