@@ -41,7 +41,7 @@ namespace v1 = ::cfdb::worker::v1;
 
 // The worker's own sizes (cfdb/worker/limits.h).
 using ::cfdb::worker::kOutputChunkBytes;
-using ::cfdb::worker::kOutputPipeBytes;
+using ::cfdb::worker::kJobPipeBytes;
 using ::cfdb::worker::kStdinChunkBytes;
 
 // WriteAll writes all of `data` to `fd`; false on an error (EPIPE included).
@@ -70,8 +70,8 @@ Program Spawn(const v1::ExecSpec& exec, bool pipe_stdin) {
   int out[2];
   if ((pipe_stdin && pipe2(in, O_CLOEXEC) != 0) || pipe2(out, O_CLOEXEC) != 0)
     return p;
-  fcntl(out[0], F_SETPIPE_SZ, kOutputPipeBytes);
-  if (pipe_stdin) fcntl(in[1], F_SETPIPE_SZ, kOutputPipeBytes);  // as exec.cc
+  fcntl(out[0], F_SETPIPE_SZ, kJobPipeBytes);
+  if (pipe_stdin) fcntl(in[1], F_SETPIPE_SZ, kJobPipeBytes);  // as exec.cc
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (pipe_stdin) {

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = ["core", "exec", "rpc", "serve", "cli"]
 PUBLIC = {
     "clock.h": "core", "shutdown.h": "core", "docket.h": "core",
-    "drain.h": "core", "job.h": "core", "job_journal.h": "core",
+    "drain.h": "core", "job.h": "core", "job_handle.h": "core", "job_journal.h": "core",
     "limits.h": "core", "worker.h": "core",
     "exec.h": "exec", "containment.h": "exec",
     "server.h": "rpc", "connection.h": "rpc", "credentials.h": "rpc",

@@ -128,7 +128,7 @@ class RunningProgram {
     }
     for (Output& o : outputs_) {
       SetNonBlocking(o.fd.get());
-      fcntl(o.fd.get(), F_SETPIPE_SZ, kOutputPipeBytes);
+      fcntl(o.fd.get(), F_SETPIPE_SZ, kJobPipeBytes);
     }
   }
 

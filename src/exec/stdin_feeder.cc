@@ -19,8 +19,7 @@ StdinFeeder::StdinFeeder(JobContext& ctx, std::string_view data, Fd pipe)
   if (data.empty() && !more_) pipe_.Reset();
   if (pipe_) {
     SetNonBlocking(pipe_.get());
-    // As large as the output pipes: fewer, larger writes of a chunk.
-    fcntl(pipe_.get(), F_SETPIPE_SZ, kOutputPipeBytes);
+    fcntl(pipe_.get(), F_SETPIPE_SZ, kJobPipeBytes);
   }
 }
 

@@ -10,7 +10,21 @@ set(CFDB_CFNSPEC_JSON
   ${CMAKE_BINARY_DIR}/cfnspec/node_modules/@aws-cdk/cfnspec/spec/specification.json
   CACHE FILEPATH "CloudFormation resource specification (@aws-cdk/cfnspec)")
 
+# cfn-validate (tools/cfn_validate.cc), the spec check an operator who
+# edits the template runs; the test below runs it on the template.
+add_executable(cfn-validate ${PROJECT_SOURCE_DIR}/tools/cfn_validate.cc)
+target_compile_options(cfn-validate PRIVATE ${CFDB_WARNINGS})
+target_include_directories(cfn-validate PRIVATE ${PROJECT_SOURCE_DIR}/tools)
+target_link_libraries(cfn-validate PRIVATE yaml-cpp
+  nlohmann_json::nlohmann_json)
+add_test(NAME cfn_validate_workers_template COMMAND cfn-validate
+  ${CFDB_CFNSPEC_JSON} ${PROJECT_SOURCE_DIR}/cloudformation/workers.yml)
+set_tests_properties(cfn_validate_workers_template PROPERTIES
+  LABELS serve TIMEOUT ${CFDB_CASE_TIMEOUT})
+
 add_executable(cloudformation_test serve/cloudformation_test.cc)
+target_include_directories(cloudformation_test PRIVATE
+  ${PROJECT_SOURCE_DIR}/tools)
 target_compile_options(cloudformation_test PRIVATE ${CFDB_TEST_OPTIONS})
 target_compile_definitions(cloudformation_test PRIVATE
   CFDB_WORKERS_TEMPLATE="${PROJECT_SOURCE_DIR}/cloudformation/workers.yml"

@@ -36,10 +36,11 @@ inline constexpr std::size_t kMaxStdinChunkBytes = std::size_t{4} << 20;
 // large messages rather than one per pipe-sized read.
 inline constexpr std::size_t kOutputChunkBytes = std::size_t{1} << 20;
 
-// kOutputPipeBytes is the capacity asked of the kernel for each output pipe
-// of a job, 1 MiB (best effort: the default is 64 KiB, the ceiling
-// /proc/sys/fs/pipe-max-size, 1 MiB by default).
-inline constexpr int kOutputPipeBytes = 1 << 20;
+// kJobPipeBytes is the capacity asked of the kernel for each pipe of an
+// exec job, its stdout and stderr and its stdin, 1 MiB (best effort: the
+// default is 64 KiB, the ceiling /proc/sys/fs/pipe-max-size, 1 MiB by
+// default): fewer, larger reads and writes.
+inline constexpr int kJobPipeBytes = 1 << 20;
 
 // kOutboxBytes is how much of a job's output waits for an attached reader
 // before the job's pipes are left unread (flow control), 256 KiB.
