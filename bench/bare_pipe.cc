@@ -40,8 +40,8 @@ namespace {
 namespace v1 = ::cfdb::worker::v1;
 
 // The worker's own sizes (cfdb/worker/limits.h).
-using ::cfdb::worker::kOutputChunkBytes;
 using ::cfdb::worker::kJobPipeBytes;
+using ::cfdb::worker::kOutputChunkBytes;
 using ::cfdb::worker::kStdinChunkBytes;
 
 // WriteAll writes all of `data` to `fd`; false on an error (EPIPE included).

@@ -63,7 +63,24 @@ std::string GroupTable() {
       "| `--tls-admit-control` (`CFDB_WORKER_TLS_ADMIT_CONTROL`) | every RPC: ",
       RpcsOf(MethodGroup::kControl), ", and the observe ones |\n",
       "| `--tls-admit-observe` (`CFDB_WORKER_TLS_ADMIT_OBSERVE`) | ",
-      RpcsOf(MethodGroup::kObserve), " only |\n");
+      RpcsOf(MethodGroup::kObserve), " only |\n",
+      "| `--tls-admit-admin` (`CFDB_WORKER_TLS_ADMIT_ADMIN`) | every RPC, on "
+      "every job: other identities' jobs too |\n");
+}
+
+// OwnershipTable is who may do what to whose job, from the registry's
+// on_jobs and to_others.
+std::string OwnershipTable() {
+  std::string table =
+      "| RPC | on a job | the identity that dispatched it, an admin | "
+      "another identity |\n| --- | --- | --- | --- |\n";
+  for (const RpcInfo& info : kRpcs) {
+    if (info.on_jobs.empty()) continue;
+    absl::StrAppend(&table, "| ", std::string(info.name), " | ",
+                    std::string(info.on_jobs), " | allowed | ",
+                    std::string(info.to_others), " |\n");
+  }
+  return table;
 }
 
 std::string CommandTable() {
@@ -155,6 +172,8 @@ std::vector<Generated> AllGenerated() {
       {"docs/CONFIGURATION.md", "knobs serve", KnobTable(KnobScope::kServe)},
       {"docs/TLS.md", "knobs tls", KnobTable(KnobScope::kTls)},
       {"docs/TLS.md", "method groups", GroupTable()},
+      {"docs/TLS.md", "job ownership", OwnershipTable()},
+      {"docs/SECURITY.md", "job ownership", OwnershipTable()},
       {"docs/CLI.md", "commands", CommandTable()},
       {"docs/CLI.md", "knobs client", KnobTable(KnobScope::kClient)},
       {"docs/CLI.md", "exit codes", ExitCodeTable()},

@@ -152,6 +152,15 @@ DispatchFlags::DispatchFlags(CLI::App* dispatch) {
                        DispatchOptions::kDefaultDetachGraceSeconds,
                        "); Ctrl-C cancels it"))
       ->type_name("SECONDS");
+  dispatch->add_flag(
+      "--detach", job.detach,
+      "return once the job is accepted, printing its id, and leave it "
+      "running (its detach grace: none unless --detach-grace-seconds)");
+  dispatch
+      ->add_option("--format", format,
+                   "with --detach: text (the job id) or json (the id and the "
+                   "offsets to attach from); default text")
+      ->type_name("FORMAT");
   dispatch->add_flag("--attach-if-exists", job.attach_if_exists,
                      "if a job of this --job-id runs or is retained, attach "
                      "to it instead of being refused (exit 67)");
@@ -174,7 +183,24 @@ absl::Status DispatchFlags::Finish(std::vector<std::string> program) {
         "--detach-grace-seconds", detach_grace, SecondsRange::kAny);
     if (!grace.ok()) return grace.status();
     job.detach_grace_seconds = *grace;
+  } else if (job.detach) {
+    job.detach_grace_seconds = -1;  // walked away from: no limit
   }
+  if (job.detach && job.detach_grace_seconds == 0) {
+    return absl::InvalidArgumentError(
+        "--detach-grace-seconds: 0 would cancel a --detach job as soon as "
+        "dispatch returns");
+  }
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format: '", format, "' is not text or json"));
+  }
+  if (format == "json" && !job.detach) {
+    return absl::InvalidArgumentError(
+        "--format: only with --detach (a job's output is printed as it "
+        "comes)");
+  }
+  job.json = format == "json";
   if (output_overflow != "pause" && output_overflow != "drop-oldest") {
     return absl::InvalidArgumentError(
         absl::StrCat("--output-overflow: '", output_overflow,
@@ -276,6 +302,11 @@ JobFlags::JobFlags(CLI::App* command, bool offsets) {
         ->add_option("--stderr-offset", stderr_offset,
                      "read its stderr from this byte on (default 0)")
         ->type_name("BYTES");
+    command->add_flag(
+        "--take-over", take_over,
+        "take the job over: control its flow and, by leaving, its detach "
+        "grace; the call that had it ends (exit 68). Default: follow it, "
+        "disturbing no one");
   } else {
     command
         ->add_option("--grace-seconds,--grace", grace,

@@ -80,6 +80,7 @@ struct DispatchFlags {
   std::string time_limit = "0";
   std::string detach_grace;
   std::string output_overflow = "pause";
+  std::string format = "text";
   bool no_stdin = false;
 
   explicit DispatchFlags(CLI::App* dispatch);
@@ -107,6 +108,7 @@ struct JobFlags {
   std::string stdout_offset = "0";
   std::string stderr_offset = "0";
   std::string grace = "10";
+  bool take_over = false;
 
   // For attach: --stdout-offset and --stderr-offset; for cancel:
   // --grace-seconds.

@@ -106,6 +106,10 @@ struct DispatchOptions {
   double detach_grace_seconds = kDefaultDetachGraceSeconds;
   bool attach_if_exists = false;
   bool drop_oldest = false;
+  // --detach: return once the job is accepted, printing its id (`json`:
+  // a JSON object with the offsets to attach from), and leave it running.
+  bool detach = false;
+  bool json = false;
 
   // The command's default detach grace: long enough to come back after a
   // dropped connection, short enough that a job a vanished caller left
@@ -113,7 +117,8 @@ struct DispatchOptions {
   static constexpr double kDefaultDetachGraceSeconds = 30;
 };
 
-// RunDispatch runs a job and prints its output as it comes; after a lost
+// RunDispatch runs a job and prints its output as it comes (with --detach:
+// prints its id once accepted and exits 0, the job running on); after a lost
 // stream it attaches again (Attach, from the offsets it got to) with a
 // backoff, for up to the job's detach grace (at least 10 s, 60 s for one
 // without limit) and within the timeout; a signal cancels the job (Cancel)
@@ -121,10 +126,12 @@ struct DispatchOptions {
 // or the error's code (errors.h).
 int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch);
 
-// RunAttach attaches to job `job_id` from `from` and prints its output and
-// outcome as RunDispatch does (exit codes alike; 66 for an unknown job).
+// RunAttach attaches to job `job_id` from `from` (following it, or taking
+// it over with `take_over`) and prints its output and outcome as
+// RunDispatch does (exit codes alike; 66 for an unknown job, 68 when
+// another call takes it over).
 int RunAttach(const ClientOptions& options, const std::string& job_id,
-              StreamOffsets from);
+              StreamOffsets from, bool take_over);
 
 // RunJobs lists the worker's jobs: a table, or one JSON object per job.
 int RunJobs(const ClientOptions& options, bool json);

@@ -62,6 +62,14 @@ class Output {
                data);
       from_.of(stream) += data.size();
     };
+    callbacks.on_lost = [this](OutputStream stream, uint64_t bytes) {
+      std::cerr << "cfdb-worker: job " << job_id_ << ": " << bytes
+                << " bytes of "
+                << (stream == OutputStream::kStdout ? "stdout" : "stderr")
+                << " went past the worker's buffer before this call read "
+                   "them and are missing here\n";
+      from_.of(stream) += bytes;
+    };
     return callbacks;
   }
 
@@ -377,18 +385,61 @@ class Dispatching {
 
 }  // namespace
 
+namespace {
+
+// RunDetached is `dispatch --detach`: the job is sent (its stdin, if we
+// have one to give, whole in the request), and once it is accepted its id
+// is printed and the command exits 0, the job running on. A retry sends the
+// same id with attach_if_exists: a job an earlier attempt started is the
+// one accepted.
+int RunDetached(const ClientOptions& options, WorkerConnection& connection,
+                JobRequest request, bool with_stdin, bool json) {
+  if (with_stdin && request.kind == kExecKind) {
+    MutableExec(request).stdin_data.assign(
+        std::istreambuf_iterator<char>(std::cin),
+        std::istreambuf_iterator<char>());
+  }
+  std::optional<Duration> timeout;
+  if (options.timeout > Duration::zero()) timeout = options.timeout;
+  int attempt = 0;
+  absl::StatusOr<StreamOffsets> from =
+      WithRetries(options.attempts, Rpc::kDispatch, [&] {
+        if (++attempt > 1) request.attach_if_exists = true;
+        return connection.Submit(request, timeout);
+      });
+  if (!from.ok()) return Fail(Rpc::kDispatch, options, from.status());
+  if (!json) {
+    std::cout << request.job_id << "\n";
+    return kExitOk;
+  }
+  nlohmann::ordered_json line;
+  line["job_id"] = request.job_id;
+  line["stdout_offset"] = from->stdout_bytes;
+  line["stderr_offset"] = from->stderr_bytes;
+  std::cout << line.dump(-1, ' ', false,
+                         nlohmann::json::error_handler_t::replace)
+            << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
 int RunDispatch(const ClientOptions& options, const DispatchOptions& dispatch) {
   const bool stream_stdin = StreamsStdin(dispatch);  // before we open any fd
   auto connection = Connect(options.address, options);
   if (!connection.ok()) {
     return Fail(Rpc::kDispatch, options, connection.status());
   }
+  if (dispatch.detach) {
+    return RunDetached(options, **connection, RequestOf(dispatch), stream_stdin,
+                       dispatch.json);
+  }
   return Dispatching(options, **connection, RequestOf(dispatch))
       .Run(stream_stdin, dispatch.detach_grace_seconds);
 }
 
 int RunAttach(const ClientOptions& options, const std::string& job_id,
-              StreamOffsets from) {
+              StreamOffsets from, bool take_over) {
   auto connection = Connect(options.address, options);
   if (!connection.ok()) return Fail(Rpc::kAttach, options, connection.status());
   Output output(job_id);
@@ -396,7 +447,10 @@ int RunAttach(const ClientOptions& options, const std::string& job_id,
   if (options.timeout > Duration::zero()) timeout = options.timeout;
   absl::StatusOr<JobOutcome> outcome =
       WithRetries(options.attempts, Rpc::kAttach, [&] {
-        return (*connection)->Attach(job_id, from, output.Callbacks(), timeout);
+        return (*connection)
+            ->Attach(job_id, from, output.Callbacks(), timeout,
+                     take_over ? JobJournal::Role::kControl
+                               : JobJournal::Role::kFollow);
       });
   if (!outcome.ok()) return Fail(Rpc::kAttach, options, outcome.status());
   return Ended(job_id, *outcome, 0);
@@ -457,14 +511,24 @@ int RunJobs(const ClientOptions& options, bool json) {
   auto connection = Connect(options.address, options);
   if (!connection.ok())
     return Fail(Rpc::kListJobs, options, connection.status());
-  absl::StatusOr<std::vector<JobInfo>> jobs =
-      WithRetries(options.attempts, Rpc::kListJobs,
-                  [&] { return (*connection)->ListJobs(options.timeout); });
-  if (!jobs.ok()) return Fail(Rpc::kListJobs, options, jobs.status());
+  // Page by page, each with the deadline; the counts of the jobs of other
+  // identities come with every page.
+  std::vector<JobInfo> jobs;
+  JobsPage last;
+  do {
+    absl::StatusOr<JobsPage> page =
+        WithRetries(options.attempts, Rpc::kListJobs, [&] {
+          return (*connection)
+              ->ListJobsPage(0, last.next_page_token, options.timeout);
+        });
+    if (!page.ok()) return Fail(Rpc::kListJobs, options, page.status());
+    last = *std::move(page);
+    std::move(last.jobs.begin(), last.jobs.end(), std::back_inserter(jobs));
+  } while (!last.next_page_token.empty());
   std::vector<std::vector<std::string>> rows = {
       {"JOB", "STATE", "CLIENT", "PROGRAM", "STARTED", "SECONDS", "ATTACHED",
        "OUTCOME"}};
-  for (const JobInfo& job : *jobs) {
+  for (const JobInfo& job : jobs) {
     const std::string started =
         absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromChrono(job.started),
                          absl::UTCTimeZone());
@@ -483,6 +547,11 @@ int RunJobs(const ClientOptions& options, bool json) {
   }
   if (!json) {
     PrintTable(rows, {false, false, false, false, false, true, false, false});
+    if (last.others_running + last.others_ended > 0) {
+      std::cout << absl::StrFormat(
+          "(and %d running, %d ended, of other identities: not shown)\n",
+          last.others_running, last.others_ended);
+    }
   }
   return kExitOk;
 }
@@ -562,7 +631,9 @@ Runner AddAttach(CLI::App& command) {
     if (!from.ok())
       return Usage(flags->client.command, from.status().message());
     auto options = flags->client.Resolve(Duration::zero());
-    return options ? RunAttach(*options, flags->job.job_id, *from) : kExitUsage;
+    return options ? RunAttach(*options, flags->job.job_id, *from,
+                               flags->job.take_over)
+                   : kExitUsage;
   };
 }
 

@@ -7,13 +7,23 @@
 
 #include "cfdb/worker/worker.h"
 #include "core/job_registry.h"
+#include "core/text.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
+namespace {
+
+JobRequest Kept(JobRequest request) {
+  request.client = CutUtf8(request.client, kMaxListedBytes);
+  request.program = CutUtf8(request.program, kMaxListedBytes);
+  return request;
+}
+
+}  // namespace
 
 Job::Job(JobRequest request, Duration kill_grace,
          std::size_t output_buffer_bytes)
-    : request_(std::move(request)),
+    : request_(Kept(std::move(request))),
       kill_grace_(kill_grace.count()),
       cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       journal_({.buffer_bytes = output_buffer_bytes,
@@ -49,11 +59,15 @@ void Job::CancelWithin(Duration kill_grace) {
 }
 
 void Job::ReaderLeft(const JobReader* reader) {
-  if (!journal_.Leave(reader)) return;
+  const JobJournal::Left left = journal_.Leave(reader);
+  if (!left.controller && !left.unattended) return;
   const Duration grace = request_.detach_grace;
   const std::string& id = request_.job_id;
   if (grace == Duration::zero()) {
-    Cancel();
+    // The controller's leaving cancels it at once, followers or not.
+    if (!ended()) Cancel();
+  } else if (!left.unattended) {
+    return;  // followers still read it: the grace counts once they leave
   } else if (grace < Duration::zero()) {
     spdlog::info("job {}: no client attached; it runs on", id);
   } else if (worker_ != nullptr) {
@@ -85,6 +99,11 @@ std::optional<JobOutcome> Job::outcome() const {
 std::optional<TimePoint> Job::ended() const {
   absl::MutexLock lock(&mu_);
   return ended_;
+}
+
+void Job::ReleaseRequest() {
+  request_.spec.reset();
+  std::string().swap(request_.payload);
 }
 
 void Job::End(const JobOutcome& outcome, TimePoint now) {

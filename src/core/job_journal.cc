@@ -5,14 +5,32 @@
 namespace cfdb::worker {
 
 std::size_t JobJournal::limit() const {
-  return reader_id_ != nullptr
+  return controller_id_ != nullptr
              ? limits_.outbox_bytes
              : std::max(limits_.buffer_bytes, limits_.outbox_bytes);
 }
 
-std::shared_ptr<JobReader> JobJournal::Reader() const {
-  return reader_id_ != nullptr ? reader_.lock() : nullptr;
+std::vector<std::shared_ptr<JobReader>> JobJournal::Readers() const {
+  std::vector<std::shared_ptr<JobReader>> readers;
+  readers.reserve(followers_.size() + 1);
+  if (controller_id_ != nullptr) {
+    if (auto reader = controller_.lock()) readers.push_back(std::move(reader));
+  }
+  for (const auto& [id, follower] : followers_) {
+    if (auto reader = follower.reader.lock()) {
+      readers.push_back(std::move(reader));
+    }
+  }
+  return readers;
 }
+
+namespace {
+
+void WakeAll(const std::vector<std::shared_ptr<JobReader>>& readers) {
+  for (const std::shared_ptr<JobReader>& reader : readers) reader->Wake();
+}
+
+}  // namespace
 
 void JobJournal::DropFront(bool unread) {
   const Entry& front = entries_.front();
@@ -20,7 +38,7 @@ void JobJournal::DropFront(bool unread) {
   if (unread) {
     unread_ -= front.chunk.size;
     dropped_.of(front.chunk.stream) += front.chunk.size;
-    cursor_seq_ = front.seq + 1;
+    cursor_.seq = front.seq + 1;
   }
   entries_.pop_front();
 }
@@ -29,7 +47,7 @@ void JobJournal::Evict(std::size_t incoming) {
   const std::size_t buffer =
       std::max(limits_.buffer_bytes, limits_.outbox_bytes);
   while (!entries_.empty() && retained_ + incoming > buffer) {
-    const bool unread = entries_.front().seq >= cursor_seq_;
+    const bool unread = entries_.front().seq >= cursor_.seq;
     if (unread && !limits_.drop_oldest) return;
     DropFront(unread);
   }
@@ -40,7 +58,7 @@ JobContext::EmitResult JobJournal::Append(OutputStream stream, std::string data,
   using EmitResult = JobContext::EmitResult;
   if (data.empty()) return EmitResult::kSent;
   const auto buffer = std::make_shared<const std::string>(std::move(data));
-  std::shared_ptr<JobReader> wake;
+  std::vector<std::shared_ptr<JobReader>> wake;
   {
     absl::MutexLock lock(&mu_);
     // With drop-oldest nothing waits: the oldest unread output goes instead.
@@ -63,55 +81,53 @@ JobContext::EmitResult JobJournal::Append(OutputStream stream, std::string data,
       retained_ += size;
       unread_ += size;
     }
-    wake = Reader();
+    wake = Readers();
   }
-  if (wake) wake->Wake();
+  WakeAll(wake);
   return EmitResult::kSent;
 }
 
 void JobJournal::End(JobOutcome outcome) {
-  std::shared_ptr<JobReader> wake;
+  std::vector<std::shared_ptr<JobReader>> wake;
   {
     absl::MutexLock lock(&mu_);
     if (outcome_) return;
     outcome_ = std::move(outcome);
-    wake = Reader();
+    wake = Readers();
   }
   room_.SignalAll();
-  if (wake) wake->Wake();
+  WakeAll(wake);
 }
 
 void JobJournal::Cancelled() {
-  std::shared_ptr<JobReader> wake;
+  std::vector<std::shared_ptr<JobReader>> wake;
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     // Unread output goes, so the outcome is what a reader gets next.
-    while (!entries_.empty() && entries_.back().seq >= cursor_seq_) {
+    while (!entries_.empty() && entries_.back().seq >= cursor_.seq) {
       const Entry& back = entries_.back();
       retained_ -= back.chunk.size;
       unread_ -= back.chunk.size;
       dropped_.of(back.chunk.stream) += back.chunk.size;
       entries_.pop_back();
     }
-    cursor_seq_ = next_seq_;
-    wake = Reader();
+    cursor_.seq = next_seq_;
+    wake = Readers();
   }
   room_.SignalAll();
-  if (wake) wake->Wake();
+  WakeAll(wake);
 }
 
 JobJournal::Attachment JobJournal::Attach(
-    const std::shared_ptr<JobReader>& reader, StreamOffsets from) {
+    const std::shared_ptr<JobReader>& reader, StreamOffsets from, Role role) {
   std::shared_ptr<JobReader> taken_over;
   Attachment attachment;
   {
     absl::MutexLock lock(&mu_);
-    taken_over = Reader();
-    reader_ = reader;
-    reader_id_ = reader.get();
     // Read again from the oldest output kept; what is older than that, or
-    // was dropped, is lost to this reader.
+    // was dropped, is lost to this reader. An offset past what was written
+    // is kept as asked: the reader waits for those bytes.
     StreamOffsets first = written_;  // the first byte kept, per stream
     for (const Entry& e : entries_) {
       uint64_t& f = first.of(e.chunk.stream);
@@ -119,18 +135,64 @@ JobJournal::Attachment JobJournal::Attach(
     }
     for (const OutputStream s :
          {OutputStream::kStdout, OutputStream::kStderr}) {
-      const uint64_t asked = std::min(from.of(s), written_.of(s));
+      const uint64_t asked = from.of(s);
       attachment.from.of(s) = std::max(asked, first.of(s));
       attachment.lost.of(s) = attachment.from.of(s) - asked;
     }
-    cursor_from_ = attachment.from;
-    cursor_seq_ = entries_.empty() ? next_seq_ : entries_.front().seq;
-    unread_ = retained_;
+    const Cursor cursor{
+        .seq = entries_.empty() ? next_seq_ : entries_.front().seq,
+        .from = attachment.from};
     attachment.ended = outcome_.has_value();
+    attachment.controls = role == Role::kControl && !attachment.ended;
+    if (attachment.controls) {
+      if (controller_id_ != reader.get()) taken_over = controller_.lock();
+      followers_.erase(reader.get());
+      controller_ = reader;
+      controller_id_ = reader.get();
+      cursor_ = cursor;
+      unread_ = retained_;
+    } else {
+      if (controller_id_ == reader.get()) {
+        controller_.reset();
+        controller_id_ = nullptr;
+      }
+      followers_[reader.get()] = Follower{reader, cursor};
+    }
   }
   room_.SignalAll();
-  if (taken_over && taken_over != reader) taken_over->Wake();
+  if (taken_over) taken_over->Wake();
   return attachment;
+}
+
+bool JobJournal::Advance(Cursor& cursor, bool controls, Chunk& chunk,
+                         bool& room) {
+  if (entries_.empty()) return false;
+  // Entries hold consecutive seqs: the next one unread is found by index.
+  const uint64_t front = entries_.front().seq;
+  for (std::size_t i = cursor.seq > front ? cursor.seq - front : 0;
+       i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    cursor.seq = e.seq + 1;
+    // With no controller, flow control follows the reader furthest ahead.
+    if (controls || (controller_id_ == nullptr && e.seq >= cursor_.seq)) {
+      if (!controls) cursor_.seq = e.seq + 1;
+      unread_ -= e.chunk.size;
+      room = true;
+    }
+    const uint64_t end = e.chunk.offset + e.chunk.size;
+    uint64_t& from = cursor.from.of(e.chunk.stream);
+    if (end <= from) continue;  // read before: skipped
+    chunk = e.chunk;
+    const std::size_t skip = static_cast<std::size_t>(
+        std::max(from, e.chunk.offset) - e.chunk.offset);
+    chunk.offset += skip;
+    chunk.begin += skip;
+    chunk.size -= skip;
+    chunk.lost = chunk.offset - std::min(from, chunk.offset);
+    from = end;
+    return true;
+  }
+  return false;
 }
 
 JobJournal::Read JobJournal::Next(const JobReader* reader, Chunk& chunk,
@@ -139,26 +201,19 @@ JobJournal::Read JobJournal::Next(const JobReader* reader, Chunk& chunk,
   Read read = Read::kNothing;
   {
     absl::MutexLock lock(&mu_);
-    if (reader != reader_id_) return Read::kTakenOver;
-    for (const Entry& e : entries_) {
-      if (e.seq < cursor_seq_) continue;
-      cursor_seq_ = e.seq + 1;
-      unread_ -= e.chunk.size;
-      room = true;
-      const uint64_t end = e.chunk.offset + e.chunk.size;
-      uint64_t& from = cursor_from_.of(e.chunk.stream);
-      if (end <= from) continue;  // read before: skipped
-      chunk = e.chunk;
-      const std::size_t skip = static_cast<std::size_t>(
-          std::max(from, e.chunk.offset) - e.chunk.offset);
-      chunk.offset += skip;
-      chunk.begin += skip;
-      chunk.size -= skip;
-      from = end;
-      read = Read::kChunk;
-      break;
+    Cursor* cursor = nullptr;
+    const bool controls = reader == controller_id_ && reader != nullptr;
+    if (controls) {
+      cursor = &cursor_;
+    } else if (const auto it = followers_.find(reader);
+               it != followers_.end()) {
+      cursor = &it->second.cursor;
+    } else {
+      return Read::kTakenOver;
     }
-    if (read == Read::kNothing && outcome_) {
+    if (Advance(*cursor, controls, chunk, room)) {
+      read = Read::kChunk;
+    } else if (outcome_) {
       outcome = *outcome_;
       read = Read::kOutcome;
     }
@@ -167,41 +222,50 @@ JobJournal::Read JobJournal::Next(const JobReader* reader, Chunk& chunk,
   return read;
 }
 
-void JobJournal::Claimed(const JobReader* reader) {
+void JobJournal::Claimed() {
   absl::MutexLock lock(&mu_);
-  if (reader == reader_id_ && outcome_) claimed_ = true;
+  if (outcome_) claimed_ = true;
 }
 
-bool JobJournal::Leave(const JobReader* reader) {
+JobJournal::Left JobJournal::Leave(const JobReader* reader) {
+  Left left;
   {
     absl::MutexLock lock(&mu_);
-    if (reader != reader_id_) return false;
-    reader_.reset();
-    reader_id_ = nullptr;
-    if (outcome_) return false;
+    if (reader != nullptr && reader == controller_id_) {
+      controller_.reset();
+      controller_id_ = nullptr;
+      left.controller = true;
+    } else if (followers_.erase(reader) == 0) {
+      return left;
+    }
+    left.unattended =
+        !outcome_ && controller_id_ == nullptr && followers_.empty();
   }
-  room_.SignalAll();  // the limit is the buffer's now
-  return true;
+  if (left.controller) room_.SignalAll();  // the limit is the buffer's now
+  return left;
 }
 
 void JobJournal::Release() {
   absl::MutexLock lock(&mu_);
-  while (!entries_.empty()) DropFront(entries_.front().seq >= cursor_seq_);
+  while (!entries_.empty()) DropFront(entries_.front().seq >= cursor_.seq);
 }
 
 JobJournal::Stats JobJournal::stats() const {
   absl::MutexLock lock(&mu_);
+  const auto readers = static_cast<uint32_t>(
+      followers_.size() + (controller_id_ != nullptr ? 1 : 0));
   return Stats{.retained_bytes = retained_,
                .written = written_,
                .dropped = dropped_,
-               .attached = reader_id_ != nullptr,
+               .attached = readers > 0,
+               .readers = readers,
                .ended = outcome_.has_value(),
                .claimed = claimed_};
 }
 
 bool JobJournal::attached() const {
   absl::MutexLock lock(&mu_);
-  return reader_id_ != nullptr;
+  return controller_id_ != nullptr || !followers_.empty();
 }
 
 }  // namespace cfdb::worker

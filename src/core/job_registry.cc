@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "core/text.h"
 
 namespace cfdb::worker {
 namespace {
@@ -13,6 +14,13 @@ namespace {
 // it reaches ended_, so the fallback, `now`, is never taken.
 TimePoint EndedAt(const Job& job, TimePoint now) {
   return job.ended().value_or(now);
+}
+
+// Unread: a job that ran detached (a non-zero detach grace) whose outcome
+// no client has been given. The results clients come back for.
+bool Unread(const Job& job) {
+  return job.request().detach_grace != Duration::zero() &&
+         !job.journal().stats().claimed;
 }
 
 }  // namespace
@@ -53,6 +61,13 @@ absl::Status JobRegistry::Add(const std::shared_ptr<Job>& job,
 void JobRegistry::Forget(const std::shared_ptr<Job>& job) {
   const auto it = jobs_.find(job->request().job_id);
   if (it != jobs_.end() && it->second == job) jobs_.erase(it);
+  // By end, as ended_: the one forgotten is nearly always the first.
+  const auto kept = std::find_if(with_output_.begin(), with_output_.end(),
+                                 [&](const auto& e) { return e.first == job; });
+  if (kept != with_output_.end()) {
+    output_bytes_ -= kept->second;
+    with_output_.erase(kept);
+  }
 }
 
 void JobRegistry::Ended(const std::shared_ptr<Job>& job) {
@@ -79,15 +94,46 @@ void JobRegistry::Ended(const std::shared_ptr<Job>& job) {
 
 void JobRegistry::Expire() {
   const TimePoint now = clock_.Now();
-  while (!ended_.empty() && (ended_.size() > kMaxRetainedResults ||
-                             now - EndedAt(*ended_.front(), now) >= ttl_)) {
-    if (!with_output_.empty() && with_output_.front().first == ended_.front()) {
-      output_bytes_ -= with_output_.front().second;
-      with_output_.pop_front();
-    }
+  while (!ended_.empty() && now - EndedAt(*ended_.front(), now) >= ttl_) {
     Forget(ended_.front());
     ended_.pop_front();
   }
+  while (ended_.size() > kMaxRetainedResults) Evict();
+}
+
+void JobRegistry::Evict() {
+  auto victim = std::find_if(ended_.begin(), ended_.end(),
+                             [](const auto& job) { return !Unread(*job); });
+  if (victim == ended_.end()) {
+    // Every result is unread: the identity holding the most gives one up.
+    absl::flat_hash_map<std::string_view, std::size_t> held;
+    std::string_view most;
+    std::size_t most_held = 0;
+    for (const std::shared_ptr<Job>& job : ended_) {
+      const std::size_t n = ++held[job->request().client];
+      if (n > most_held) {
+        most = job->request().client;
+        most_held = n;
+      }
+    }
+    victim = std::find_if(ended_.begin(), ended_.end(), [&](const auto& job) {
+      return job->request().client == most;
+    });
+    const Job& evicted = **victim;
+    const uint64_t count = ++unread_evicted_;
+    eviction_log_.Log(
+        "unread result evicted", spdlog::level::warn,
+        absl::StrFormat(
+            "job %s: its unread result was evicted: %d results are retained, "
+            "the most a worker keeps; %s holds the most of them (%d "
+            "unread results evicted so far)",
+            EscapedForLog(evicted.request().job_id), kMaxRetainedResults,
+            EscapedForLog(most), count),
+        {{"job_id", evicted.request().job_id}, {"client", std::string(most)}});
+  }
+  const std::shared_ptr<Job> job = *victim;
+  ended_.erase(victim);
+  Forget(job);
 }
 
 std::shared_ptr<Job> JobRegistry::Find(std::string_view job_id) {
@@ -120,8 +166,7 @@ absl::Status JobRegistry::IfNoUnreadResults(
   std::size_t unread = 0;
   const Job* first = nullptr;
   for (const std::shared_ptr<Job>& job : ended_) {
-    if (job->request().detach_grace != Duration::zero() &&
-        !job->journal().stats().claimed) {
+    if (Unread(*job)) {
       ++unread;
       if (first == nullptr) first = job.get();
     }

@@ -3,7 +3,9 @@
 // detach grace.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -18,14 +20,19 @@
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/worker.h"
+#include "core/log_throttle.h"
 
 namespace cfdb::worker {
 
 // JobRegistry keeps a worker's jobs by id: each from its admission until
-// `ttl` after its end on `clock` (or, with more than kMaxRetainedResults
-// ended, until it is the oldest). The output kept by ended jobs is bounded
-// too: past `retained_output_bytes` in all, the oldest results lose theirs
-// (their outcomes stay). Thread-safe.
+// `ttl` after its end on `clock`. Past kMaxRetainedResults ended, one goes
+// for each that ends: the oldest result already read (or that no client
+// waits for: a job that ran with detach grace 0) if there is one; else the
+// oldest unread result of the identity that holds the most results, so
+// that no identity can push another's unread results out by volume. An
+// unread result evicted is logged (throttled) and counted. The output kept
+// by ended jobs is bounded too: past `retained_output_bytes` in all, the
+// oldest results lose theirs (their outcomes stay). Thread-safe.
 class JobRegistry {
  public:
   JobRegistry(const Clock& clock, Duration ttl,
@@ -56,15 +63,20 @@ class JobRegistry {
   // FAILED_PRECONDITION naming them.
   absl::Status IfNoUnreadResults(const std::function<absl::Status()>& decide);
 
+  // UnreadEvicted is how many unread results were evicted so far.
+  uint64_t UnreadEvicted() const { return unread_evicted_.load(); }
+
   // CancelUnlessAttached cancels `job` at `deadline` (steady clock) if it
   // still runs with no reader attached then.
   void CancelUnlessAttached(const std::shared_ptr<Job>& job,
                             TimePoint deadline);
 
  private:
-  // Expire forgets the results past their TTL, and the oldest past
-  // kMaxRetainedResults.
+  // Expire forgets the results past their TTL, and evicts one for each
+  // past kMaxRetainedResults.
   void Expire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evict forgets one result past the cap, by the rule above.
+  void Evict() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(const std::shared_ptr<Job>& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keep runs on keeper_: it cancels detached jobs at their deadline.
@@ -73,6 +85,8 @@ class JobRegistry {
   const Clock& clock_;
   const Duration ttl_;
   const std::size_t retained_output_bytes_;
+  LogThrottle eviction_log_{clock_};
+  std::atomic<uint64_t> unread_evicted_{0};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
       ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,16 @@
 
 namespace cfdb::worker {
 
+std::string CutUtf8(std::string_view text, std::size_t max) {
+  if (text.size() <= max) return std::string(text);
+  std::size_t end = max;
+  // Back off continuation bytes (10xxxxxx) to the start of their sequence.
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    --end;
+  }
+  return std::string(text.substr(0, end));
+}
+
 std::string EscapedForLog(std::string_view text, std::size_t max) {
   std::string out;
   out.reserve(std::min(text.size(), max) + 16);

@@ -19,6 +19,11 @@ inline constexpr std::size_t kMaxEchoBytes = 200;
 std::string EscapedForLog(std::string_view text,
                           std::size_t max = kMaxEchoBytes);
 
+// CutUtf8 returns at most the first `max` bytes of `text`, cut before a
+// UTF-8 sequence rather than inside one (a protobuf string must stay valid
+// UTF-8 for a client to parse it).
+std::string CutUtf8(std::string_view text, std::size_t max);
+
 // WithoutControlCharacters returns `text` with each control character
 // (below 0x20, and 0x7f) written as \xHH, everything else as it is: the
 // text log's last line of defence, so that no message, whatever its

@@ -155,9 +155,12 @@ void Worker::EndJob(const std::shared_ptr<Job>& job,
     ++telling_;
   }
   ReleaseJob(job.get());
-  job->End(outcome, clock_.Now());
+  JobOutcome kept = outcome;
+  kept.message = CutUtf8(outcome.message, kMaxOutcomeMessageBytes);
+  job->End(kept, clock_.Now());
   registry_->Ended(job);
-  job->OnOutcome(outcome);
+  job->OnOutcome(kept);
+  job->ReleaseRequest();
   {
     absl::MutexLock lock(&mu_);
     --telling_;
@@ -169,7 +172,8 @@ JobCounts Worker::counts() const {
   return {.started = jobs_started_.load(),
           .succeeded = jobs_succeeded_.load(),
           .failed = jobs_failed_.load(),
-          .cancelled = jobs_cancelled_.load()};
+          .cancelled = jobs_cancelled_.load(),
+          .unread_evicted = registry_->UnreadEvicted()};
 }
 
 void Worker::ReleaseJob(Job* job) {
@@ -288,25 +292,41 @@ DrainReport Worker::WaitDrained() {
   return *report;
 }
 
-absl::StatusOr<std::pair<std::shared_ptr<Job>, JobJournal::Attachment>>
-Worker::Attach(std::string_view job_id,
-               const std::shared_ptr<JobReader>& reader, StreamOffsets from) {
+absl::StatusOr<std::shared_ptr<Job>> Worker::FindFor(std::string_view job_id,
+                                                     const JobCaller& caller) {
   std::shared_ptr<Job> job = registry_->Find(job_id);
   if (job == nullptr) return NoSuchJob(job_id);
-  JobJournal::Attachment attachment = job->journal().Attach(reader, from);
-  return std::make_pair(std::move(job), attachment);
+  if (!caller.Owns(job->request())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job '", EscapedForLog(job_id),
+        "' belongs to another identity: only the identity that dispatched "
+        "it and those of --tls-admit-admin may attach to or cancel it"));
+  }
+  return job;
+}
+
+absl::StatusOr<std::pair<std::shared_ptr<Job>, JobJournal::Attachment>>
+Worker::Attach(std::string_view job_id, const JobCaller& caller,
+               const std::shared_ptr<JobReader>& reader, StreamOffsets from,
+               JobJournal::Role role) {
+  absl::StatusOr<std::shared_ptr<Job>> job = FindFor(job_id, caller);
+  if (!job.ok()) return job.status();
+  JobJournal::Attachment attachment =
+      (*job)->journal().Attach(reader, from, role);
+  return std::make_pair(*std::move(job), attachment);
 }
 
 std::vector<std::shared_ptr<Job>> Worker::Jobs() { return registry_->All(); }
 
 absl::StatusOr<std::shared_ptr<Job>> Worker::CancelJob(std::string_view job_id,
+                                                       const JobCaller& caller,
                                                        Duration kill_grace) {
-  std::shared_ptr<Job> job = registry_->Find(job_id);
-  if (job == nullptr) return NoSuchJob(job_id);
-  if (!job->ended()) {
-    spdlog::info("job {}: cancelled on request, kill grace {:.3f} s", job_id,
-                 ToSeconds(kill_grace));
-    job->CancelWithin(kill_grace);
+  absl::StatusOr<std::shared_ptr<Job>> job = FindFor(job_id, caller);
+  if (!job.ok()) return job.status();
+  if (!(*job)->ended()) {
+    spdlog::info("job {}: cancelled on request, kill grace {:.3f} s",
+                 EscapedForLog(job_id), ToSeconds(kill_grace));
+    (*job)->CancelWithin(kill_grace);
   }
   return job;
 }

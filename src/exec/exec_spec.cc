@@ -11,6 +11,8 @@ namespace {
 
 // Roughly Linux's limit on argv + environment of one exec.
 constexpr std::size_t kMaxExecArgBytes = 1 << 20;
+// Linux's PATH_MAX: a longer program or working directory cannot be used.
+constexpr std::size_t kMaxPathBytes = 4096;
 
 bool HasNul(std::string_view s) { return s.find('\0') != s.npos; }
 
@@ -33,6 +35,12 @@ absl::Status ValidateExec(const JobRequest& request) {
   }
   if (exec->argv.empty() || exec->argv[0].empty()) {
     return absl::InvalidArgumentError("exec.argv: must name a program");
+  }
+  if (exec->argv[0].size() >= kMaxPathBytes ||
+      exec->cwd.size() >= kMaxPathBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        exec->argv[0].size() >= kMaxPathBytes ? "exec.argv[0]" : "exec.cwd",
+        ": longer than a path may be (", kMaxPathBytes - 1, " bytes)"));
   }
   std::size_t bytes = 0;
   for (std::size_t i = 0; i < exec->argv.size(); ++i) {

@@ -54,9 +54,17 @@ bool AbuseGuard::CutConnection(const std::string& peer) {
         fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || PeerOf(fd) != peer) {
       continue;
     }
-    // Not close(2): the descriptor stays gRPC's, which now reads the end
-    // of the stream and closes the transport with all of its calls.
-    shutdown(fd, SHUT_RDWR);
+    // Aborted, not shut down: after shutdown(2) what the client had sent
+    // stays readable, and gRPC read on and made a call of every stream in
+    // it (about 4,400 more per cut, for 0.7 s; docs/SECURITY.md). connect(2)
+    // to AF_UNSPEC is Linux's abort: it drops what is queued and answers
+    // RST, so gRPC's next read fails and it closes the transport with all
+    // of its calls. Not close(2): the descriptor stays gRPC's.
+    sockaddr unspecified{};
+    unspecified.sa_family = AF_UNSPEC;
+    if (connect(fd, &unspecified, sizeof unspecified) != 0) {
+      shutdown(fd, SHUT_RDWR);
+    }
     found = true;
   }
   return found;

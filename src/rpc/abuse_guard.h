@@ -5,8 +5,15 @@
 // create, deliver and destroy, and memory grows by hundreds of MiB a
 // second. Each such call reaches our handlers without a request (they are
 // raw, see calls.h), so the guard counts them per connection and cuts a
-// connection past the limit: shutdown(2) on its socket, found by the peer
+// connection past the limit: it aborts its socket, found by the peer
 // address gRPC reports, so gRPC itself tears the transport down.
+//
+// The count comes late, and the guard cannot make it sooner: gRPC 1.51
+// reads a connection on one thread for as long as bytes are waiting, and
+// the handlers of the calls it made meanwhile are queued behind that loop
+// on the same thread. A flood keeps bytes waiting, so thousands of streams
+// become calls before the first is counted (docs/SECURITY.md). What the
+// guard does bound is what comes after the cut: nothing more is read.
 #pragma once
 
 #include <string>
@@ -37,7 +44,7 @@ class AbuseGuard {
   // with a count: an attacker who reconnects cannot flood the log).
   void ResetBeforeRequest(const std::string& peer);
 
-  // CutConnection shuts down the socket whose remote end is `peer`; returns
+  // CutConnection aborts the connection whose remote end is `peer`; returns
   // whether one was found. Exposed for tests.
   static bool CutConnection(const std::string& peer);
 

@@ -25,6 +25,22 @@ std::vector<std::string> Admission::Identities(
   return identities;
 }
 
+std::string ClientIdentity(const grpc::CallbackServerContext& context) {
+  if (IsUnixTarget(context.peer())) return "unix socket";
+  const std::vector<std::string> identities = Admission::Identities(context);
+  return identities.empty() ? "plaintext" : identities.front();
+}
+
+JobCaller Admission::Caller(const grpc::CallbackServerContext& context) const {
+  JobCaller caller{.identity = ClientIdentity(context)};
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  // A peer without a certificate is of the worker's one trust domain.
+  const bool certified = !IsUnixTarget(context.peer()) && auth != nullptr &&
+                         !auth->FindPropertyValues("x509_pem_cert").empty();
+  caller.admin = !certified || Listed(lists_.admin, Identities(context));
+  return caller;
+}
+
 bool Admission::Listed(const std::vector<std::string>& list,
                        const std::vector<std::string>& identities) const {
   return std::any_of(
@@ -38,11 +54,11 @@ bool Admission::Listed(const std::vector<std::string>& list,
 
 absl::Status Admission::Admit(const grpc::CallbackServerContext& context,
                               MethodGroup group, std::string_view method) {
-  if (lists_.control.empty() && lists_.observe.empty()) return absl::OkStatus();
+  if (lists_.empty()) return absl::OkStatus();
   // The Unix socket is owner-only: its callers are the worker's own user.
   if (IsUnixTarget(context.peer())) return absl::OkStatus();
   const std::vector<std::string> identities = Identities(context);
-  if (Listed(lists_.control, identities) ||
+  if (Listed(lists_.control, identities) || Listed(lists_.admin, identities) ||
       (group == MethodGroup::kObserve && Listed(lists_.observe, identities))) {
     return absl::OkStatus();
   }

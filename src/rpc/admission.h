@@ -6,12 +6,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cfdb/worker/job.h"
 #include "cfdb/worker/rpcs.h"
 #include "cfdb/worker/server.h"
 #include "core/log_throttle.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cfdb::worker {
+
+// ClientIdentity names the caller for listings and ownership: its
+// certificate's first SAN, "plaintext", or "unix socket".
+std::string ClientIdentity(const grpc::CallbackServerContext& context);
 
 // Admission checks a call's peer against the lists of ServerOptions.
 // Thread-safe.
@@ -23,11 +28,12 @@ class Admission {
 
   // Admit returns OK when the call's peer may call `method` of `group`:
   // with no list configured, everyone may; else a peer whose certificate
-  // has a SAN (DNS name or URI) that an entry of the control list admits
-  // (AdmissionMatches: "*.rest" covers one label) may call anything, one
-  // of the observe list the observe methods only. PERMISSION_DENIED
-  // otherwise, naming the method and the identities seen (never the lists);
-  // logged through the throttle, one line per identity per period.
+  // has a SAN (DNS name or URI) that an entry of the control or admin list
+  // admits (AdmissionMatches: "*.rest" covers one label) may call
+  // anything, one of the observe list the observe methods only.
+  // PERMISSION_DENIED otherwise, naming the method and the identities seen
+  // (never the lists); logged through the throttle, one line per identity per
+  // period.
   absl::Status Admit(const grpc::CallbackServerContext& context,
                      MethodGroup group, std::string_view method);
 
@@ -35,6 +41,12 @@ class Admission {
   // certificate; empty without TLS.
   static std::vector<std::string> Identities(
       const grpc::CallbackServerContext& context);
+
+  // Caller returns who the call's peer is to a job (JobCaller): its
+  // identity (ClientIdentity), and whether it may touch every job: over
+  // the Unix socket, without a client certificate, or with an identity of
+  // the admin list.
+  JobCaller Caller(const grpc::CallbackServerContext& context) const;
 
  private:
   bool Listed(const std::vector<std::string>& list,

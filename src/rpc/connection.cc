@@ -2,6 +2,8 @@
 
 #include <grpc/support/time.h>
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
@@ -156,6 +158,19 @@ class WorkerConnection::Impl {
     return stubs();
   }
 
+  using EventReader = grpc::ClientReader<v1::DispatchEvent>;
+  // StartDispatch begins a Dispatch call of `request` on `context` (Begin,
+  // then the request's size check): its reader, or why no call started.
+  absl::StatusOr<std::unique_ptr<EventReader>> StartDispatch(
+      const JobRequest& request, std::optional<Duration> timeout,
+      grpc::ClientContext& context) {
+    auto stubs = Begin(timeout, "dispatch", context);
+    if (!stubs.ok()) return stubs.status();
+    const v1::DispatchRequest message = wire::ToProto(request);
+    if (absl::Status s = CheckRequestSize(message); !s.ok()) return s;
+    return (*stubs)->worker->Dispatch(&context, message);
+  }
+
   absl::Status Close() {
     absl::MutexLock lock(&mu_);
     if (stubs_ == nullptr) {
@@ -255,12 +270,13 @@ EventsRead ReadEvents(Stream& stream, const DispatchCallbacks& callbacks,
             .ended = a.ended()});
       }
     } else if (event.has_output()) {
-      if (callbacks.on_output) {
-        callbacks.on_output(event.output().stream() == v1::Output::STDERR
-                                ? OutputStream::kStderr
-                                : OutputStream::kStdout,
-                            event.output().data());
+      const OutputStream of = event.output().stream() == v1::Output::STDERR
+                                  ? OutputStream::kStderr
+                                  : OutputStream::kStdout;
+      if (event.output().lost_bytes() > 0 && callbacks.on_lost) {
+        callbacks.on_lost(of, event.output().lost_bytes());
       }
+      if (callbacks.on_output) callbacks.on_output(of, event.output().data());
     } else if (event.has_input_closed()) {
       if (on_input_closed) on_input_closed();
     } else if (!read.outcome) {
@@ -293,14 +309,34 @@ absl::StatusOr<JobOutcome> WorkerConnection::Dispatch(
     const JobRequest& request, const DispatchCallbacks& callbacks,
     std::optional<Duration> timeout) {
   grpc::ClientContext context;
-  auto stubs = impl_->Begin(timeout, "dispatch", context);
-  if (!stubs.ok()) return stubs.status();
-  const v1::DispatchRequest message = wire::ToProto(request);
-  if (absl::Status s = CheckRequestSize(message); !s.ok()) return s;
-  std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
-      (*stubs)->worker->Dispatch(&context, message);
-  const EventsRead read = ReadEvents(*reader, callbacks);
-  return Conclude(read, reader->Finish());
+  auto reader = impl_->StartDispatch(request, timeout, context);
+  if (!reader.ok()) return reader.status();
+  const EventsRead read = ReadEvents(**reader, callbacks);
+  return Conclude(read, (*reader)->Finish());
+}
+
+absl::StatusOr<StreamOffsets> WorkerConnection::Submit(
+    const JobRequest& request, std::optional<Duration> timeout) {
+  if (request.detach_grace == Duration::zero()) {
+    return absl::InvalidArgumentError(
+        "detach_grace: a submitted job needs a non-zero detach grace (0 "
+        "would cancel it as the call ends)");
+  }
+  grpc::ClientContext context;
+  auto reader = impl_->StartDispatch(request, timeout, context);
+  if (!reader.ok()) return reader.status();
+  v1::DispatchEvent event;
+  if ((*reader)->Read(&event) &&
+      (event.has_accepted() || event.has_attached())) {
+    // Accepted: the call ends here, and the job runs on detached.
+    context.TryCancel();
+    (void)(*reader)->Finish();
+    return StreamOffsets{};
+  }
+  const grpc::Status status = (*reader)->Finish();
+  if (!status.ok()) return wire::FromGrpc(status);
+  return absl::DataLossError(
+      "the worker's Dispatch stream began without `accepted`");
 }
 
 absl::StatusOr<JobOutcome> WorkerConnection::DispatchStream(
@@ -330,7 +366,8 @@ absl::StatusOr<JobOutcome> WorkerConnection::DispatchStream(
 
 absl::StatusOr<JobOutcome> WorkerConnection::Attach(
     const std::string& job_id, StreamOffsets from,
-    const DispatchCallbacks& callbacks, std::optional<Duration> timeout) {
+    const DispatchCallbacks& callbacks, std::optional<Duration> timeout,
+    JobJournal::Role role) {
   grpc::ClientContext context;
   auto stubs = impl_->Begin(timeout, "attach", context);
   if (!stubs.ok()) return stubs.status();
@@ -338,6 +375,7 @@ absl::StatusOr<JobOutcome> WorkerConnection::Attach(
   request.set_job_id(job_id);
   request.set_stdout_offset(from.stdout_bytes);
   request.set_stderr_offset(from.stderr_bytes);
+  request.set_take_over(role == JobJournal::Role::kControl);
   std::unique_ptr<grpc::ClientReader<v1::DispatchEvent>> reader =
       (*stubs)->worker->Attach(&context, request);
   const EventsRead read = ReadEvents(*reader, callbacks);
@@ -355,6 +393,7 @@ JobInfo JobInfoOf(const v1::JobInfo& from) {
   job.program = from.program();
   job.running = from.state() == v1::JobInfo::RUNNING;
   job.attached = from.attached();
+  job.readers = from.readers();
   job.started = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(
           Seconds(from.started_unix_seconds())));
@@ -369,18 +408,37 @@ JobInfo JobInfoOf(const v1::JobInfo& from) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<JobInfo>> WorkerConnection::ListJobs(
-    Duration timeout) {
+absl::StatusOr<JobsPage> WorkerConnection::ListJobsPage(
+    uint32_t page_size, const std::string& page_token, Duration timeout) {
   grpc::ClientContext context;
   auto stubs = impl_->Begin(timeout, "jobs", context);
   if (!stubs.ok()) return stubs.status();
+  v1::ListJobsRequest request;
+  request.set_page_size(page_size);
+  request.set_page_token(page_token);
   v1::ListJobsReply reply;
-  grpc::Status status =
-      (*stubs)->worker->ListJobs(&context, v1::ListJobsRequest(), &reply);
+  grpc::Status status = (*stubs)->worker->ListJobs(&context, request, &reply);
   if (!status.ok()) return wire::FromGrpc(status);
+  JobsPage page{.next_page_token = reply.next_page_token(),
+                .others_running = reply.others_running(),
+                .others_ended = reply.others_ended()};
+  page.jobs.reserve(static_cast<size_t>(reply.jobs_size()));
+  for (const v1::JobInfo& from : reply.jobs()) {
+    page.jobs.push_back(JobInfoOf(from));
+  }
+  return page;
+}
+
+absl::StatusOr<std::vector<JobInfo>> WorkerConnection::ListJobs(
+    Duration timeout) {
   std::vector<JobInfo> jobs;
-  jobs.reserve(static_cast<size_t>(reply.jobs_size()));
-  for (const v1::JobInfo& from : reply.jobs()) jobs.push_back(JobInfoOf(from));
+  std::string token;
+  do {
+    absl::StatusOr<JobsPage> page = ListJobsPage(0, token, timeout);
+    if (!page.ok()) return page.status();
+    std::move(page->jobs.begin(), page->jobs.end(), std::back_inserter(jobs));
+    token = std::move(page->next_page_token);
+  } while (!token.empty());
   return jobs;
 }
 

@@ -208,23 +208,25 @@ class JobReactor : public Base, public CallSide {
   const std::shared_ptr<EventPump> pump_ = std::make_shared<EventPump>(this);
 };
 
-// AttachTo makes `pump` the reader of job `job_id` from `from`, sending its
-// `attached` first; false (after failing the call) when there is no such
-// job.
-bool AttachTo(Worker& worker, const std::string& job_id, StreamOffsets from,
-              const std::shared_ptr<EventPump>& pump) {
-  auto attached = worker.Attach(job_id, pump, from);
-  if (!attached.ok()) {
-    pump->Fail(attached.status());
-    return false;
-  }
+// AttachTo makes `pump` a reader of job `job_id` from `from`, as `role`,
+// sending its `attached` first; the status when there is no such job or
+// `caller` does not own it (nothing is sent then).
+absl::Status AttachTo(Worker& worker, const std::string& job_id,
+                      const JobCaller& caller, StreamOffsets from,
+                      JobJournal::Role role,
+                      const std::shared_ptr<EventPump>& pump) {
+  auto attached = worker.Attach(job_id, caller, pump, from, role);
+  if (!attached.ok()) return attached.status();
   auto& [job, attachment] = *attached;
-  spdlog::info("job {}: a client attached from offsets {}/{}{}", job_id,
-               attachment.from.stdout_bytes, attachment.from.stderr_bytes,
-               attachment.ended ? " (it has ended)" : "");
+  spdlog::info("job {}: a client attached from offsets {}/{}{}",
+               EscapedForLog(job_id), attachment.from.stdout_bytes,
+               attachment.from.stderr_bytes,
+               attachment.ended      ? " (it has ended)"
+               : attachment.controls ? " and took control"
+                                     : " to follow it");
   pump->Send(Serialized(wire::AttachedEvent(attachment)));
   pump->Read(job);
-  return true;
+  return absl::OkStatus();
 }
 
 // StartJob hands the job of `request` to `worker`, its events to go to
@@ -235,7 +237,8 @@ bool AttachTo(Worker& worker, const std::string& job_id, StreamOffsets from,
 std::shared_ptr<StreamJob> StartJob(Worker& worker, LogThrottle& log,
                                     absl::StatusOr<v1::DispatchRequest> request,
                                     const std::shared_ptr<EventPump>& pump,
-                                    bool stdin_streamed, std::string client) {
+                                    bool stdin_streamed,
+                                    const JobCaller& caller) {
   absl::StatusOr<JobRequest> job_request =
       request.ok() ? wire::FromProto(*request) : request.status();
   if (!job_request.ok()) {
@@ -244,18 +247,19 @@ std::shared_ptr<StreamJob> StartJob(Worker& worker, LogThrottle& log,
     pump->Fail(job_request.status());
     return nullptr;
   }
-  job_request->client = std::move(client);
+  job_request->client = caller.identity;
   auto job = std::make_shared<StreamJob>(
       *std::move(job_request), worker.options(), pump, stdin_streamed);
-  job->journal().Attach(pump, {});
+  job->journal().Attach(pump, {}, JobJournal::Role::kControl);
   absl::Status s = worker.Dispatch(job);
   if (s.ok()) {
     pump->Read(job);
     return job;
   }
-  if (absl::IsAlreadyExists(s) && request->attach_if_exists() &&
-      AttachTo(worker, request->job_id(), {}, pump)) {
-    return nullptr;
+  if (absl::IsAlreadyExists(s) && request->attach_if_exists()) {
+    s = AttachTo(worker, request->job_id(), caller, {},
+                 JobJournal::Role::kFollow, pump);
+    if (s.ok()) return nullptr;
   }
   LogRefusal(log, request->job_id(), s);
   pump->Fail(s);
@@ -268,9 +272,9 @@ class DispatchReactor final
  public:
   DispatchReactor(Worker& worker, CallTracker& calls, LogThrottle& log,
                   absl::StatusOr<v1::DispatchRequest> request,
-                  std::string client)
+                  const JobCaller& caller)
       : JobReactor(calls) {
-    StartJob(worker, log, std::move(request), pump_, false, std::move(client));
+    StartJob(worker, log, std::move(request), pump_, false, caller);
   }
 };
 
@@ -308,7 +312,7 @@ class DispatchStreamReactor final
       request = std::move(*input->mutable_request());
     }
     job_ = StartJob(worker_, gate_.log, std::move(request), pump_, true,
-                    ClientIdentity(*context_));
+                    gate_.admission.Caller(*context_));
     if (job_ != nullptr) job_->StartInput();
   }
 
@@ -328,32 +332,28 @@ class AttachReactor final
     : public JobReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
   AttachReactor(Worker& worker, CallTracker& calls,
-                absl::StatusOr<v1::AttachRequest> request)
+                absl::StatusOr<v1::AttachRequest> request,
+                const JobCaller& caller)
       : JobReactor(calls) {
-    if (!request.ok()) {
-      pump_->Fail(request.status());
-      return;
+    absl::Status s = request.status();
+    if (s.ok()) {
+      s = AttachTo(worker, request->job_id(), caller,
+                   {.stdout_bytes = request->stdout_offset(),
+                    .stderr_bytes = request->stderr_offset()},
+                   request->take_over() ? JobJournal::Role::kControl
+                                        : JobJournal::Role::kFollow,
+                   pump_);
     }
-    AttachTo(worker, request->job_id(),
-             {.stdout_bytes = request->stdout_offset(),
-              .stderr_bytes = request->stderr_offset()},
-             pump_);
+    if (!s.ok()) pump_->Fail(s);
   }
 };
 
 }  // namespace
 
-std::string ClientIdentity(const grpc::CallbackServerContext& context) {
-  if (IsUnixTarget(context.peer())) return "unix socket";
-  const std::vector<std::string> identities = Admission::Identities(context);
-  return identities.empty() ? "plaintext" : identities.front();
-}
-
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDispatch(
     Worker& worker, CallTracker& calls, LogThrottle& log,
-    absl::StatusOr<v1::DispatchRequest> request, std::string client) {
-  return new DispatchReactor(worker, calls, log, std::move(request),
-                             std::move(client));
+    absl::StatusOr<v1::DispatchRequest> request, const JobCaller& caller) {
+  return new DispatchReactor(worker, calls, log, std::move(request), caller);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
@@ -364,8 +364,8 @@ StartDispatchStream(Worker& worker, CallTracker& calls, Gate gate,
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartAttach(
     Worker& worker, CallTracker& calls,
-    absl::StatusOr<v1::AttachRequest> request) {
-  return new AttachReactor(worker, calls, std::move(request));
+    absl::StatusOr<v1::AttachRequest> request, const JobCaller& caller) {
+  return new AttachReactor(worker, calls, std::move(request), caller);
 }
 
 }  // namespace cfdb::worker

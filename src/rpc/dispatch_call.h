@@ -11,18 +11,16 @@
 
 namespace cfdb::worker {
 
-// ClientIdentity names the caller for listings: its certificate's first SAN,
-// "plaintext", or "unix socket".
-std::string ClientIdentity(const grpc::CallbackServerContext& context);
-
 // StartDispatch hands the job of `request` to `worker` and returns the
 // call's reactor; a request refused (unparseable, invalid, a duplicate id,
 // docket full, stopping) finishes at once with its status and no event,
 // logged as a refusal through `log` (one line per status code per period,
-// with a count). `log` must outlive the call; `client` is ClientIdentity's.
+// with a count). `log` must outlive the call; `caller` is the caller's
+// (Admission::Caller): the job is its, and attach_if_exists follows only
+// a job it owns.
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDispatch(
     Worker& worker, CallTracker& calls, LogThrottle& log,
-    absl::StatusOr<v1::DispatchRequest> request, std::string client);
+    absl::StatusOr<v1::DispatchRequest> request, const JobCaller& caller);
 
 // StartDispatchStream returns the reactor of a DispatchStream call: its
 // first message passes `gate` and is handed to `worker` as StartDispatch's
@@ -33,9 +31,11 @@ StartDispatchStream(Worker& worker, CallTracker& calls, Gate gate,
                     grpc::CallbackServerContext* context);
 
 // StartAttach returns the reactor of an Attach call: NOT_FOUND for an
-// unknown job, else the job's events from the offsets asked for.
+// unknown job, PERMISSION_DENIED for one `caller` does not own, else the
+// job's events from the offsets asked for (as a follower, or its new
+// controller with take_over).
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartAttach(
     Worker& worker, CallTracker& calls,
-    absl::StatusOr<v1::AttachRequest> request);
+    absl::StatusOr<v1::AttachRequest> request, const JobCaller& caller);
 
 }  // namespace cfdb::worker

@@ -70,7 +70,8 @@ bool Accepted(const absl::Status& status) {
 ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
   const RpcInfo& info = InfoOf(rpc);
   if (info.follows_job && Accepted(status)) {
-    return AfterAccepted(status);
+    return status.code() == absl::StatusCode::kAborted ? ErrorKind::kTakenOver
+                                                       : AfterAccepted(status);
   }
   using C = absl::StatusCode;
   const C code = status.code();
@@ -103,6 +104,8 @@ ErrorKind ClassifyError(Rpc rpc, const absl::Status& status) {
       return info.finds_job ? ErrorKind::kNotFound : ErrorKind::kRpcError;
     case C::kFailedPrecondition:
       return info.conditional ? ErrorKind::kStillBusy : ErrorKind::kRpcError;
+    case C::kAborted:
+      return info.follows_job ? ErrorKind::kTakenOver : ErrorKind::kRpcError;
     case C::kUnknown:
     case C::kInternal:
       return HasTransportEvidence(status) ? ErrorKind::kTransient
@@ -171,8 +174,8 @@ constexpr KindRow kKinds[] = {
      "do not resend it blindly (attach to it, if the worker is there)",
      "`dispatch`, `attach`: the job may have run, its outcome is unknown: "
      "the stream broke and attaching again failed for the job's detach "
-     "grace, the worker's shutdown cut it off, or another call took the job "
-     "over; do not resend it blindly"},
+     "grace, or the worker's shutdown cut it off; do not resend it "
+     "blindly"},
     {ErrorKind::kAcceptedDeadlineExceeded, "accepted, deadline exceeded", 73,
      "the job was accepted and started; dispatch cancels it, after attach it "
      "runs on",
@@ -196,6 +199,11 @@ constexpr KindRow kKinds[] = {
     {ErrorKind::kStillBusy, "still busy", 65, "the worker keeps serving",
      "`stop --if-idle-for-seconds` found the worker busy, not idle that "
      "long, or holding unread results of detached jobs"},
+    {ErrorKind::kTakenOver, "taken over", 68,
+     "another call took the job over (attach --take-over); it runs on under "
+     "that call",
+     "`dispatch`, `attach`: another call took the job over with `attach "
+     "--take-over`; the job runs on under it, nothing was lost"},
 };
 
 constexpr const KindRow& kRpcErrorRow = kKinds[3];

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "core/text.h"
 #include "rpc/calls.h"
 #include "rpc/wire.h"
 
@@ -69,7 +70,7 @@ void EventPump::WriteDone(bool ok) {
     writing_outcome_ = false;
     job = job_;
   }
-  if (claimed && job != nullptr) job->journal().Claimed(this);
+  if (claimed && job != nullptr) job->journal().Claimed();
   if (!ok) Leave();
   Kick();
 }
@@ -149,9 +150,10 @@ void EventPump::Kick() {
         case JobJournal::Read::kTakenOver: {
           absl::MutexLock lock(&mu_);
           if (failure_.ok()) {
-            failure_ = absl::AbortedError(absl::StrCat(
-                "another call attached to job ", job->request().job_id,
-                " and took it over; the job runs on"));
+            failure_ = absl::AbortedError(
+                absl::StrCat("taken over: another call attached to job ",
+                             EscapedForLog(job->request().job_id),
+                             " with take_over; the job runs on under it"));
           }
           continue;
         }

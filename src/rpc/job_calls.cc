@@ -2,10 +2,14 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cfdb/worker/drain.h"
-#include "cfdb/worker/exec.h"
 #include "rpc/wire.h"
 
 namespace cfdb::worker {
@@ -73,10 +77,7 @@ void FillJobInfo(const Job& job, TimePoint now, v1::JobInfo& info) {
   info.set_job_id(request.job_id);
   info.set_kind(request.kind);
   info.set_client(request.client);
-  if (const ExecSpec* exec = FindExec(request);
-      exec != nullptr && !exec->argv.empty()) {
-    info.set_program(exec->argv.front());
-  }
+  info.set_program(request.program);
   info.set_started_unix_seconds(
       std::chrono::duration<double>(job.started_wall().time_since_epoch())
           .count());
@@ -84,6 +85,7 @@ void FillJobInfo(const Job& job, TimePoint now, v1::JobInfo& info) {
   info.set_running_seconds(ToSeconds(ended.value_or(now) - job.started()));
   const JobJournal::Stats output = job.journal().stats();
   info.set_attached(output.attached);
+  info.set_readers(output.readers);
   info.set_retained_bytes(output.retained_bytes);
   info.set_stdout_bytes(output.written.stdout_bytes);
   info.set_stderr_bytes(output.written.stderr_bytes);
@@ -97,15 +99,83 @@ void FillJobInfo(const Job& job, TimePoint now, v1::JobInfo& info) {
   if (outcome) wire::SetOutcome(*outcome, info);
 }
 
-void ListJobs(Worker& worker, v1::ListJobsReply& reply) {
-  const TimePoint now = SteadyClock::Get().Now();
-  for (const std::shared_ptr<Job>& job : worker.Jobs()) {
-    FillJobInfo(*job, now, *reply.add_jobs());
+namespace {
+
+// A page token is where the last page ended: its last job's acceptance (in
+// the worker's clock ticks) and id, so that a job that expires meanwhile
+// moves no other from one page to the next.
+struct PagePlace {
+  Duration::rep started = 0;
+  std::string job_id;
+};
+
+std::string PageToken(const Job& job) {
+  return absl::WebSafeBase64Escape(absl::StrCat(
+      job.started().time_since_epoch().count(), "/", job.request().job_id));
+}
+
+absl::StatusOr<std::optional<PagePlace>> ParsePageToken(
+    const std::string& token) {
+  if (token.empty()) return std::nullopt;
+  std::string text;
+  PagePlace place;
+  const std::size_t slash =
+      absl::WebSafeBase64Unescape(token, &text) ? text.find('/') : text.npos;
+  if (slash == text.npos ||
+      !absl::SimpleAtoi(absl::string_view(text).substr(0, slash),
+                        &place.started)) {
+    return absl::InvalidArgumentError(
+        "page_token: not one this worker gave (pass a reply's "
+        "next_page_token, or none for the first page)");
   }
+  place.job_id = text.substr(slash + 1);
+  return place;
+}
+
+bool After(const Job& job, const PagePlace& place) {
+  const Duration::rep started = job.started().time_since_epoch().count();
+  return started != place.started ? started > place.started
+                                  : job.request().job_id > place.job_id;
+}
+
+}  // namespace
+
+absl::Status ListJobs(Worker& worker, const JobCaller& caller,
+                      const v1::ListJobsRequest& request,
+                      v1::ListJobsReply& reply) {
+  if (request.page_size() > kMaxJobsPageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: at most ", kMaxJobsPageSize,
+                     " (0: ", kDefaultJobsPageSize, ")"));
+  }
+  absl::StatusOr<std::optional<PagePlace>> place =
+      ParsePageToken(request.page_token());
+  if (!place.ok()) return place.status();
+  const uint32_t page_size =
+      request.page_size() == 0 ? kDefaultJobsPageSize : request.page_size();
+  const TimePoint now = SteadyClock::Get().Now();
+  const Job* last = nullptr;
+  for (const std::shared_ptr<Job>& job : worker.Jobs()) {
+    if (!caller.Owns(job->request())) {
+      const bool ended = job->ended().has_value();
+      reply.set_others_ended(reply.others_ended() + (ended ? 1 : 0));
+      reply.set_others_running(reply.others_running() + (ended ? 0 : 1));
+      continue;
+    }
+    if (*place && !After(*job, **place)) continue;
+    if (static_cast<uint32_t>(reply.jobs_size()) == page_size) {
+      reply.set_next_page_token(PageToken(*last));
+      continue;  // counting the others still
+    }
+    FillJobInfo(*job, now, *reply.add_jobs());
+    last = job.get();
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* StartCancel(Worker& worker, CallTracker& calls,
                                       absl::StatusOr<v1::CancelRequest> request,
+                                      const JobCaller& caller,
                                       grpc::ByteBuffer* reply) {
   auto* reactor = new CancelReactor(calls, reply);
   if (request.ok() &&
@@ -115,14 +185,19 @@ grpc::ServerUnaryReactor* StartCancel(Worker& worker, CallTracker& calls,
   }
   absl::StatusOr<std::shared_ptr<Job>> job =
       request.ok()
-          ? worker.CancelJob(request->job_id(),
+          ? worker.CancelJob(request->job_id(), caller,
                              GraceFromSeconds(request->grace_seconds()))
           : request.status();
   if (!job.ok()) {
     reactor->state()->Finish(wire::ToGrpc(job.status()), nullptr);
     return reactor;
   }
-  (*job)->WhenEnded([state = reactor->state()](const JobOutcome& outcome) {
+  (*job)->WhenEnded([state = reactor->state(), job = std::weak_ptr<Job>(*job)](
+                        const JobOutcome& outcome) {
+    // The outcome is the client's now: the result counts as read.
+    if (const std::shared_ptr<Job> ended = job.lock()) {
+      ended->journal().Claimed();
+    }
     state->Finish(grpc::Status::OK, &outcome);
   });
   return reactor;

@@ -148,7 +148,7 @@ class Service final : public RawService {
       return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
     }
     return StartDispatch(worker_, calls_, gate_.log, std::move(parsed),
-                         ClientIdentity(*ctx));
+                         gate_.admission.Caller(*ctx));
   }
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DispatchStream(
@@ -165,7 +165,8 @@ class Service final : public RawService {
         absl::IsCancelled(parsed.status())) {
       return FinishedWriter<grpc::ByteBuffer>(wire::ToGrpc(parsed.status()));
     }
-    return StartAttach(worker_, calls_, std::move(parsed));
+    return StartAttach(worker_, calls_, std::move(parsed),
+                       gate_.admission.Caller(*ctx));
   }
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
@@ -173,9 +174,9 @@ class Service final : public RawService {
                                      grpc::ByteBuffer* reply) override {
     return Answer<v1::ListJobsRequest, v1::ListJobsReply>(
         ctx, *request, reply, Rpc::kListJobs,
-        [this](const v1::ListJobsRequest&, v1::ListJobsReply& jobs) {
-          cfdb::worker::ListJobs(worker_, jobs);
-          return absl::OkStatus();
+        [this, ctx](const v1::ListJobsRequest& asked, v1::ListJobsReply& jobs) {
+          return cfdb::worker::ListJobs(worker_, gate_.admission.Caller(*ctx),
+                                        asked, jobs);
         });
   }
 
@@ -188,7 +189,8 @@ class Service final : public RawService {
         absl::IsCancelled(parsed.status())) {
       return FinishedUnary(ctx, wire::ToGrpc(parsed.status()));
     }
-    return StartCancel(worker_, calls_, std::move(parsed), reply);
+    return StartCancel(worker_, calls_, std::move(parsed),
+                       gate_.admission.Caller(*ctx), reply);
   }
 
   CallTracker& calls() { return calls_; }

@@ -37,6 +37,7 @@ absl::StatusOr<JobRequest> FromProto(const v1::DispatchRequest& request) {
   }
   ExecSpec& exec = MutableExec(out);
   exec.argv.assign(from.argv().begin(), from.argv().end());
+  if (!exec.argv.empty()) out.program = exec.argv.front();
   exec.env.insert(from.env().begin(), from.env().end());
   exec.cwd = from.cwd();
   exec.stdin_data = from.stdin();
@@ -179,9 +180,9 @@ constexpr int kLengthDelimited = 2;
 }  // namespace
 
 void SerializeOutput(const JobJournal::Chunk& chunk, grpc::ByteBuffer* bytes) {
-  // DispatchEvent{output: Output{stream, offset, data}} by hand, the data
-  // last, so that it goes as a slice of its own.
-  uint8_t inner[32];
+  // DispatchEvent{output: Output{stream, offset, lost_bytes, data}} by
+  // hand, the data last, so that it goes as a slice of its own.
+  uint8_t inner[48];
   uint8_t* at = inner;
   at = Varint(Tag(v1::Output::kStreamFieldNumber, kVarint), at);
   at = Varint(chunk.stream == OutputStream::kStdout ? v1::Output::STDOUT
@@ -189,10 +190,14 @@ void SerializeOutput(const JobJournal::Chunk& chunk, grpc::ByteBuffer* bytes) {
               at);
   at = Varint(Tag(v1::Output::kOffsetFieldNumber, kVarint), at);
   at = Varint(chunk.offset, at);
+  if (chunk.lost > 0) {
+    at = Varint(Tag(v1::Output::kLostBytesFieldNumber, kVarint), at);
+    at = Varint(chunk.lost, at);
+  }
   at = Varint(Tag(v1::Output::kDataFieldNumber, kLengthDelimited), at);
   at = Varint(chunk.size, at);
   const size_t inner_size = static_cast<size_t>(at - inner) + chunk.size;
-  uint8_t head[48];
+  uint8_t head[64];
   uint8_t* end = Varint(
       Tag(v1::DispatchEvent::kOutputFieldNumber, kLengthDelimited), head);
   end = Varint(inner_size, end);

@@ -134,9 +134,10 @@ absl::Status CheckSelfPoll(const Settings* given, PreparedServe& p) {
           : Named(given, "--tls-identity", c.tls.identity).source;
   if (!c.admit.empty()) {
     p.self_poll.idle_admitted = c.admit.control;
-    p.self_poll.idle_admitted.insert(p.self_poll.idle_admitted.end(),
-                                     c.admit.observe.begin(),
-                                     c.admit.observe.end());
+    for (const auto* list : {&c.admit.observe, &c.admit.admin}) {
+      p.self_poll.idle_admitted.insert(p.self_poll.idle_admitted.end(),
+                                       list->begin(), list->end());
+    }
     const Setting observe = Named(given, "--tls-admit-observe", "");
     p.self_poll.admitted_source =
         observe.explicit_value ? observe.source : "--tls-admit-observe";
@@ -151,9 +152,13 @@ absl::Status CheckSelfPoll(const Settings* given, PreparedServe& p) {
 absl::Status CheckTransport(const Settings* given, const PreparedServe& p) {
   const ServeConfig& c = p.config;
   if (!c.admit.empty() && p.credentials.kind != Credentials::Kind::kMutualTls) {
-    const bool control = !c.admit.control.empty();
-    return Named(given, control ? "--tls-admit-control" : "--tls-admit-observe",
-                 control ? c.admit.control.front() : c.admit.observe.front())
+    const auto& [flag, list] =
+        !c.admit.control.empty()
+            ? std::pair("--tls-admit-control", &c.admit.control)
+        : !c.admit.observe.empty()
+            ? std::pair("--tls-admit-observe", &c.admit.observe)
+            : std::pair("--tls-admit-admin", &c.admit.admin);
+    return Named(given, flag, list->front())
         .Bad(
             "needs mutual TLS (--tls-ca, --tls-cert, --tls-key): without "
             "client certificates there is no identity to admit");

@@ -465,6 +465,13 @@ std::span<const Knob> AllKnobs() {
            [](const Setting& s, ServeConfig& c) {
              return SetIdentities(s, c.admit.observe);
            }},
+      {.flag = "--tls-admit-admin",
+       .variable = "CFDB_WORKER_TLS_ADMIT_ADMIN",
+       .metavar = "NAMES",
+       .help = "comma-separated identities that may call every RPC on every "
+               "job, other identities' jobs too (docs/SECURITY.md)",
+       .serve = [](const Setting& s,
+                   ServeConfig& c) { return SetIdentities(s, c.admit.admin); }},
       {.flag = "--allow-insecure",
        .variable = "CFDB_WORKER_ALLOW_INSECURE",
        .type = kSwitch,

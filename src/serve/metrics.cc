@@ -59,6 +59,7 @@ std::string FormatIntervalLine(std::string_view service,
                     {"JobsSucceeded", "Count"},
                     {"JobsFailed", "Count"},
                     {"JobsCancelled", "Count"},
+                    {"UnreadResultsEvicted", "Count"},
                     {"IdleSeconds", "Seconds"},
                     {"IdlePollFailures", "Count"}},
                    {"Service"});
@@ -68,6 +69,8 @@ std::string FormatIntervalLine(std::string_view service,
   line["JobsSucceeded"] = now.jobs.succeeded - since.jobs.succeeded;
   line["JobsFailed"] = now.jobs.failed - since.jobs.failed;
   line["JobsCancelled"] = now.jobs.cancelled - since.jobs.cancelled;
+  line["UnreadResultsEvicted"] =
+      now.jobs.unread_evicted - since.jobs.unread_evicted;
   line["IdleSeconds"] = now.idle_seconds;
   line["IdlePollFailures"] = now.poll_failures - since.poll_failures;
   return Dump(line);

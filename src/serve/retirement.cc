@@ -216,7 +216,9 @@ bool RetirementPolicy::RetireIdle(TimePoint now, TimePoint* next_poll) {
     idle_stop_requested_ = true;
     return true;
   }
-  spdlog::info("idle retirement: kept serving: {}", std::string(s.message()));
+  kept_serving_log_.Log(
+      "idle retirement kept serving", spdlog::level::info,
+      absl::StrCat("idle retirement: kept serving: ", s.message()));
   *next_poll = now + options_.idle_poll_interval;
   return false;
 }

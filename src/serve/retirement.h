@@ -37,6 +37,7 @@
 #include "cfdb/worker/serve_config.h"
 #include "cfdb/worker/shutdown.h"
 #include "cfdb/worker/worker.h"
+#include "core/log_throttle.h"
 
 namespace cfdb::worker {
 
@@ -188,6 +189,9 @@ class RetirementPolicy {
   int consecutive_failures_ = 0;
   std::atomic<uint64_t> poll_failures_{0};
   bool idle_stop_requested_ = false;  // RetireIdle made the request
+  // "kept serving" comes once per poll while unread results hold the
+  // worker up: one line per period, with a count.
+  LogThrottle kept_serving_log_{clock_};
   double last_idle_seconds_ = 0;
   TimePoint next_listener_check_;
   int listener_failures_ = 0;      // unanswered listener checks in a row

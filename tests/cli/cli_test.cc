@@ -5,7 +5,9 @@
 #include <optional>
 #include <regex>
 #include <sstream>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
@@ -16,6 +18,7 @@
 #include "support/daemon.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
+#include "support/wait_for.h"
 
 namespace cfdb::worker {
 namespace {
@@ -256,6 +259,44 @@ TEST(CliTest, TimeoutAfterAcceptanceSaysTheJobStartedAndCancelsIt) {
   EXPECT_EQ(RunExec(jobs), JobOutcome::Exited(0)) << jobs.err();
   EXPECT_THAT(jobs.out(), HasSubstr("late"));
   EXPECT_THAT(jobs.out(), ::testing::Not(HasSubstr("running")));
+}
+
+// dispatch --detach walks away once the job is accepted; another process
+// attaches and gets its whole output and status (issue 35).
+TEST(CliTest, DetachReturnsOnceAcceptedAndAnotherProcessAttaches) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  const std::string address = daemon.address();
+  CollectingJob sent(
+      Command({"dispatch", "--address", address, "--detach", "--format", "json",
+               "--job-id", "walk", "--no-stdin", "--", "sh", "-c",
+               "echo start; sleep 1; echo end; exit 7"}));
+  EXPECT_EQ(RunExec(sent), JobOutcome::Exited(0)) << sent.err();
+  EXPECT_EQ(sent.out(),
+            "{\"job_id\":\"walk\",\"stdout_offset\":0,\"stderr_offset\":0}\n");
+  CollectingJob attach(Command({"attach", "--address", address, "walk"}));
+  EXPECT_EQ(RunExec(attach), JobOutcome::Exited(7)) << attach.err();
+  EXPECT_EQ(attach.out(), "start\nend\n");
+}
+
+// attach --take-over ends the call that had the job with its own code, 68,
+// never 74 ("outcome unknown"): the job runs on under the taker.
+TEST(CliTest, TakeOverEndsTheDispatcherWithSixtyEight) {
+  Daemon daemon({"--idle-timeout-seconds", "0"});
+  const std::string address = daemon.address();
+  CollectingJob first(
+      Command({"dispatch", "--address", address, "--job-id", "held",
+               "--no-stdin", "--", "sh", "-c", "echo one; sleep 2; echo two"}));
+  std::optional<JobOutcome> first_end;
+  std::thread run([&] { first_end = RunExec(first); });
+  ASSERT_TRUE(test_support::WaitFor(
+      [&] { return absl::StrContains(first.out(), "one"); }));
+  CollectingJob taker(
+      Command({"attach", "--address", address, "--take-over", "held"}));
+  EXPECT_EQ(RunExec(taker), JobOutcome::Exited(0)) << taker.err();
+  run.join();
+  EXPECT_EQ(taker.out(), "one\ntwo\n");
+  EXPECT_EQ(first_end, JobOutcome::Exited(68)) << first.err();
+  EXPECT_THAT(first.err(), HasSubstr("taken over"));
 }
 
 struct BadStart {

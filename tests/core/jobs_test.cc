@@ -6,10 +6,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "cfdb/worker/worker.h"
+#include "core/job_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/log_capture.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -49,7 +52,7 @@ class JobsTest : public ::testing::Test {
   std::shared_ptr<Job> Start(JobRequest request,
                              const std::shared_ptr<JobReader>& reader) {
     auto job = std::make_shared<Job>(std::move(request), seconds(5));
-    job->journal().Attach(reader, {});
+    job->journal().Attach(reader, {}, JobJournal::Role::kControl);
     EXPECT_TRUE(worker_.Dispatch(job).ok());
     return job;
   }
@@ -91,14 +94,18 @@ TEST_F(JobsTest, AResultIsRetainedForItsTtlThenForgotten) {
   EXPECT_TRUE(absl::IsAlreadyExists(worker_.Dispatch(again)));
 
   clock_.Advance(seconds(60) - milliseconds(1));
-  auto attached = worker_.Attach("r", std::make_shared<NullReader>(), {});
+  auto attached = worker_.Attach("r", {}, std::make_shared<NullReader>(), {},
+                                 JobJournal::Role::kControl);
   ASSERT_TRUE(attached.ok()) << attached.status();
   EXPECT_TRUE(attached->second.ended);
   EXPECT_EQ(attached->first, job);
 
   clock_.Advance(milliseconds(1));
-  EXPECT_TRUE(absl::IsNotFound(
-      worker_.Attach("r", std::make_shared<NullReader>(), {}).status()));
+  EXPECT_TRUE(
+      absl::IsNotFound(worker_
+                           .Attach("r", {}, std::make_shared<NullReader>(), {},
+                                   JobJournal::Role::kControl)
+                           .status()));
   EXPECT_TRUE(worker_.Dispatch(again).ok());  // the id is free again
 }
 
@@ -146,7 +153,10 @@ TEST_F(JobsTest, AReaderThatAttachesWithinTheDetachGraceKeepsTheJob) {
   job->ReaderLeft(reader_.get());
   // The attach must come within the grace on the real clock: 500 ms holds
   // even on a loaded machine.
-  ASSERT_TRUE(worker_.Attach("j", std::make_shared<NullReader>(), {}).ok());
+  ASSERT_TRUE(worker_
+                  .Attach("j", {}, std::make_shared<NullReader>(), {},
+                          JobJournal::Role::kControl)
+                  .ok());
   // Three detach graces later it still runs.
   EXPECT_FALSE(test_support::WaitFor([&] { return job->cancelled(); },
                                      milliseconds(1500)));
@@ -158,7 +168,7 @@ TEST_F(JobsTest, AReaderThatAttachesWithinTheDetachGraceKeepsTheJob) {
 TEST_F(JobsTest, CancelJobCancelsThatJobAloneWithItsGrace) {
   std::shared_ptr<Job> a = Start(Request("a", "gate"), reader_);
   std::shared_ptr<Job> b = Start(Request("b", "gate"), reader_);
-  auto cancelled = worker_.CancelJob("a", milliseconds(250));
+  auto cancelled = worker_.CancelJob("a", {}, milliseconds(250));
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(*cancelled, a);
   EXPECT_EQ(a->kill_grace(), milliseconds(250));
@@ -168,7 +178,7 @@ TEST_F(JobsTest, CancelJobCancelsThatJobAloneWithItsGrace) {
   release_.Notify();
   ASSERT_TRUE(Ended(b));
   EXPECT_TRUE(
-      absl::IsNotFound(worker_.CancelJob("nobody", seconds(0)).status()));
+      absl::IsNotFound(worker_.CancelJob("nobody", {}, seconds(0)).status()));
 }
 
 TEST_F(JobsTest, WhenEndedTellsOnceTheJobEndsOrAtOnceAfter) {
@@ -215,7 +225,8 @@ TEST_F(JobsTest, AConditionalStopWaitsUntilADetachedJobsResultIsRead) {
 
   // A client reads it: the chunk, then the outcome, delivered.
   auto reader = std::make_shared<NullReader>();
-  ASSERT_TRUE(worker_.Attach("d", reader, {}).ok());
+  ASSERT_TRUE(
+      worker_.Attach("d", {}, reader, {}, JobJournal::Role::kControl).ok());
   JobJournal::Chunk chunk;
   JobOutcome outcome;
   ASSERT_EQ(job->journal().Next(reader.get(), chunk, outcome),
@@ -223,7 +234,7 @@ TEST_F(JobsTest, AConditionalStopWaitsUntilADetachedJobsResultIsRead) {
   EXPECT_EQ(chunk.data(), "hello");
   ASSERT_EQ(job->journal().Next(reader.get(), chunk, outcome),
             JobJournal::Read::kOutcome);
-  job->journal().Claimed(reader.get());
+  job->journal().Claimed();
   EXPECT_TRUE(
       worker_.RequestStopIfIdle({.source = "test"}, Duration::zero()).ok());
 }
@@ -257,6 +268,50 @@ TEST(ConditionalStopRaceTest, ADispatchAndAConditionalStopNeverBothWin) {
         << stopped;
     release.Notify();
   }
+}
+
+// The registry's cap on results (issue 35): read results go first, then
+// the identity holding the most gives one up; an unread one evicted is
+// logged and counted.
+class RetainedResultsTest : public ::testing::Test {
+ protected:
+  // Ended adds an ended result of `client`, detached (so unread until
+  // read), and returns it.
+  std::shared_ptr<Job> Ended(const std::string& id, const std::string& client,
+                             bool read = false) {
+    JobRequest request{.job_id = id, .kind = "exec"};
+    request.client = client;
+    request.detach_grace = seconds(-1);
+    auto job = std::make_shared<Job>(std::move(request), seconds(1));
+    EXPECT_TRUE(registry_.Add(job, [] { return absl::OkStatus(); }).ok());
+    if (read) {
+      job->journal().End(JobOutcome::Exited(0));
+      job->journal().Claimed();
+    }
+    registry_.Ended(job);
+    return job;
+  }
+
+  FakeClock clock_;
+  JobRegistry registry_{clock_, std::chrono::minutes(5), 1 << 20};
+};
+
+TEST_F(RetainedResultsTest, OneIdentityCannotPushAnothersUnreadResultOut) {
+  test_support::LogCapture log(spdlog::level::warn);
+  Ended("a-result", "identity-a");
+  Ended("read-result", "identity-b", /*read=*/true);
+  for (std::size_t i = 0; i < kMaxRetainedResults; ++i) {
+    Ended(absl::StrCat("b-", i), "identity-b");
+  }
+  // The first over the cap took the read result; the rest, b's own.
+  EXPECT_EQ(registry_.Find("read-result"), nullptr);
+  EXPECT_NE(registry_.Find("a-result"), nullptr) << "a's unread result kept";
+  EXPECT_EQ(registry_.Find("b-0"), nullptr);
+  EXPECT_NE(registry_.Find("b-1"), nullptr);
+  EXPECT_EQ(registry_.All().size(), kMaxRetainedResults);
+  EXPECT_EQ(registry_.UnreadEvicted(), 1u);
+  EXPECT_THAT(log.str(), HasSubstr("job b-0: its unread result was evicted"));
+  EXPECT_THAT(log.str(), HasSubstr("identity-b holds the most"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/errors.h"
@@ -283,6 +284,64 @@ TEST(AdmissionTest, ADeniedIdentityIsLoggedOncePerPeriod) {
     ++lines;
   }
   EXPECT_EQ(lines, 2u) << text;
+}
+
+// Ownership (issue 35): under mutual TLS a job is its dispatcher's. Two
+// control identities, an observer and an admin of the test PKI.
+TEST(OwnershipTest, AJobIsItsIdentitysAndAnAdminsOnly) {
+  AdmissionServer server({.control = {"a.cfdb.internal", "b.cfdb.internal"},
+                          .observe = {kWorker},
+                          .admin = {"admin.cfdb.internal"}});
+  auto as = [&](const std::string& name) {
+    return server.Connect(server.pki().Leaf(
+        name, {absl::StrCat("DNS:", name, ".cfdb.internal")}));
+  };
+  const std::unique_ptr<WorkerConnection> a = as("a"), b = as("b"),
+                                          admin = as("admin");
+  JobRequest request =
+      test_support::ExecRequest({"sh", "-c", "echo mine; sleep 30"});
+  request.detach_grace = seconds(-1);
+  ASSERT_TRUE(a->Submit(request, kTimeout).ok());
+
+  // B: neither sees it nor touches it; only the counts of others' jobs.
+  absl::StatusOr<JobsPage> page = b->ListJobsPage(0, "", kTimeout);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_TRUE(page->jobs.empty());
+  EXPECT_EQ(page->others_running, 1u);
+  const auto denied = [](const absl::Status& s) {
+    return s.code() == absl::StatusCode::kPermissionDenied &&
+           absl::StrContains(s.message(), "belongs to another identity");
+  };
+  EXPECT_TRUE(denied(b->Attach(request.job_id, {}, {}, kTimeout).status()));
+  EXPECT_TRUE(denied(b->Cancel(request.job_id, seconds(0), kTimeout).status()));
+  JobRequest again = request;
+  again.attach_if_exists = true;
+  EXPECT_TRUE(denied(b->Dispatch(again, {}, kTimeout).status()));
+  again.attach_if_exists = false;
+  EXPECT_EQ(b->Dispatch(again, {}, kTimeout).status().code(),
+            absl::StatusCode::kAlreadyExists)
+      << "an id is unique per worker";
+  // The observer (the worker's own identity) sees counts only.
+  page = server.Connect(Who::kWorker)->ListJobsPage(0, "", kTimeout);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_TRUE(page->jobs.empty());
+  EXPECT_EQ(page->others_running, 1u);
+
+  // A and the admin see it whole; the admin may end it.
+  for (WorkerConnection* owner : {a.get(), admin.get()}) {
+    absl::StatusOr<std::vector<JobInfo>> jobs = owner->ListJobs(kTimeout);
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 1u);
+    EXPECT_EQ(jobs->front().client, "a.cfdb.internal");
+  }
+  const absl::StatusOr<JobOutcome> cancelled =
+      admin->Cancel(request.job_id, seconds(0), kTimeout);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->failure, JobOutcome::Failure::kCancelled);
+  const absl::StatusOr<JobOutcome> read =
+      a->Attach(request.job_id, {}, {}, kTimeout);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, *cancelled) << "the owner reads its result";
 }
 
 }  // namespace

@@ -129,9 +129,11 @@ TEST(ClassifyErrorTest, EveryCodeAfterAcceptanceSaysTheJobStarted) {
       const absl::Status status = MarkAccepted(absl::Status(code, message));
       ASSERT_TRUE(Accepted(status));
       const ErrorKind kind = ClassifyError(Rpc::kDispatch, status);
+      // ABORTED is a take-over: the job runs on, under another call.
       EXPECT_EQ(kind, code == C::kDeadlineExceeded
                           ? ErrorKind::kAcceptedDeadlineExceeded
-                          : ErrorKind::kOutcomeUnknown)
+                      : code == C::kAborted ? ErrorKind::kTakenOver
+                                            : ErrorKind::kOutcomeUnknown)
           << absl::StatusCodeToString(code) << ": " << message;
       EXPECT_FALSE(IsTransient(kind));
       EXPECT_NE(ExitCodeFor(kind), 75) << "an accepted job is never 'retry'";

@@ -21,7 +21,9 @@ which never does (the gap docs/SECURITY.md states).
   h2_abuse.py HOST PORT resets SECONDS          the same, on a new connection
                                                 whenever the server cuts one
 
-Prints one line: what it sent, and how the server answered (frames by type).
+Prints one line: what it sent (in the reset modes, also how many streams each
+cut connection had reset, median and most), and how the server answered
+(frames by type).
 """
 import socket
 import struct
@@ -135,7 +137,10 @@ def reset(conn, seconds, come_back=False):
     stream_id = 1
     sent = 0
     connections = 1
+    cut = []  # streams reset on each connection the server cut
     while time.monotonic() < end:
+        if conn.closed:
+            cut.append((stream_id - 1) // 2)
         if conn.closed and not come_back:
             break
         if conn.closed:  # cut: come back, as an attacker would
@@ -152,7 +157,11 @@ def reset(conn, seconds, come_back=False):
         sent += 200
         if stream_id > (1 << 31) - 1000:
             break
-    return f"reset {sent} streams on {connections} connections"
+    cut.sort()
+    most = f", at most {cut[-1]}" if cut else ""
+    median = f"{cut[len(cut) // 2]}" if cut else "none"
+    return (f"reset {sent} streams on {connections} connections; before a "
+            f"cut: median {median}{most}")
 
 
 def main():

@@ -16,14 +16,20 @@ namespace {
 using std::chrono::milliseconds;
 
 TEST(MetricsLineTest, AnIntervalLineCountsSinceTheLastOne) {
-  const MetricsSnapshot since{
-      .jobs = {.started = 3, .succeeded = 2, .failed = 1, .cancelled = 0},
-      .poll_failures = 4};
-  const MetricsSnapshot now{
-      .in_flight = 2,
-      .jobs = {.started = 8, .succeeded = 4, .failed = 1, .cancelled = 1},
-      .idle_seconds = 0,
-      .poll_failures = 5};
+  const MetricsSnapshot since{.jobs = {.started = 3,
+                                       .succeeded = 2,
+                                       .failed = 1,
+                                       .cancelled = 0,
+                                       .unread_evicted = 2},
+                              .poll_failures = 4};
+  const MetricsSnapshot now{.in_flight = 2,
+                            .jobs = {.started = 8,
+                                     .succeeded = 4,
+                                     .failed = 1,
+                                     .cancelled = 1,
+                                     .unread_evicted = 5},
+                            .idle_seconds = 0,
+                            .poll_failures = 5};
   const auto line = nlohmann::json::parse(
       FormatIntervalLine("workers-dev", now, since, 1764000000123));
   EXPECT_EQ(line["_aws"]["Timestamp"], 1764000000123);
@@ -39,16 +45,17 @@ TEST(MetricsLineTest, AnIntervalLineCountsSinceTheLastOne) {
     EXPECT_EQ(metric["Unit"],
               metric["Name"] == "IdleSeconds" ? "Seconds" : "Count");
   }
-  EXPECT_THAT(names, ::testing::ElementsAre("JobsInFlight", "JobsStarted",
-                                            "JobsSucceeded", "JobsFailed",
-                                            "JobsCancelled", "IdleSeconds",
-                                            "IdlePollFailures"));
+  EXPECT_THAT(names, ::testing::ElementsAre(
+                         "JobsInFlight", "JobsStarted", "JobsSucceeded",
+                         "JobsFailed", "JobsCancelled", "UnreadResultsEvicted",
+                         "IdleSeconds", "IdlePollFailures"));
   EXPECT_EQ(line["Service"], "workers-dev");
   EXPECT_EQ(line["JobsInFlight"], 2);
   EXPECT_EQ(line["JobsStarted"], 5);
   EXPECT_EQ(line["JobsSucceeded"], 2);
   EXPECT_EQ(line["JobsFailed"], 0);
   EXPECT_EQ(line["JobsCancelled"], 1);
+  EXPECT_EQ(line["UnreadResultsEvicted"], 3);
   EXPECT_EQ(line["IdleSeconds"], 0.0);
   EXPECT_EQ(line["IdlePollFailures"], 1);
 }

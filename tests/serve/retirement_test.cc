@@ -269,6 +269,37 @@ TEST_F(RetirementTest, AJobAcceptedAfterThePollKeepsTheWorkerServing) {
   EXPECT_THAT(log_.str(), HasSubstr("idle retirement: kept serving: busy"));
 }
 
+// Unread results can keep a worker up for the whole result TTL: the "kept
+// serving" line goes through the log throttle, not one a poll (issue 35:
+// 290 lines in 290 s).
+TEST_F(RetirementTest, KeptServingIsLoggedThroughTheThrottle) {
+  constexpr int kRefusals = 30;
+  source_.script.assign(kRefusals + 1, 601.0);
+  options_.idle_poll_interval = seconds(1);
+  int refused = 0;
+  RetirementPolicy::Hooks hooks = Hooks();
+  hooks.stop_if_idle = [&](StopRequest request, Duration) {
+    if (++refused <= kRefusals) {
+      return absl::FailedPreconditionError(
+          "1 detached job(s) ended with a result no client has read yet");
+    }
+    requests_.push_back(request);
+    return absl::OkStatus();
+  };
+  start_ = clock_.Now();
+  RetirementPolicy reaper(options_, clock_, shutdown_.watcher(), hooks);
+  EXPECT_EQ(reaper.Run().reason, ExitReason::kIdle);
+  const std::string text = log_.str();
+  int lines = 0;
+  for (std::size_t at = 0;
+       (at = text.find("idle retirement: kept serving", at)) != text.npos;
+       ++at) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1);
+  EXPECT_LE(lines, kRefusals / 10 + 1) << "one line per 10 s, with a count";
+}
+
 TEST_F(RetirementTest,
        OneTickBeforeTheThresholdKeepsServingAndTheThresholdExits) {
   const double just_under = 600.0 - 1e-6;

@@ -34,6 +34,10 @@ REATTACH_UNLIMITED_WINDOW_SECONDS = 60.0
 # stdin given as bytes up to this size goes whole in the request (Dispatch,
 # which every worker serves); more is streamed (DispatchStream).
 WHOLE_STDIN_BYTES = 1 << 20
+# ListJobs' pages (src/rpc/job_calls.h's kDefaultJobsPageSize,
+# kMaxJobsPageSize): page_size 0 asks for the default.
+DEFAULT_JOBS_PAGE_SIZE = 100
+MAX_JOBS_PAGE_SIZE = 1000
 # Keepalive (limits.h's kClientKeepaliveTime, kClientKeepaliveTimeout).
 KEEPALIVE_TIME_SECONDS = 30.0
 KEEPALIVE_TIMEOUT_SECONDS = 10.0
@@ -91,7 +95,8 @@ class Accepted:
 @dataclasses.dataclass(frozen=True)
 class Attached:
     """This call attached to a job that existed (attach, or dispatch with
-    attach_if_exists): `ended` if its end follows the output retained;
+    attach_if_exists), to follow it (or, attach with take_over, to control
+    it): `ended` if its end follows the output retained;
     `offsets` where the output sent next starts; `lost` the bytes from the
     offsets asked for that this call will not get (no longer kept,
     dropped, or discarded at a cancel)."""
@@ -105,11 +110,17 @@ class Attached:
 class Output:
     """A chunk of the job's output, byte-exact: stream is "stdout" or
     "stderr"; offset is the position of data's first byte in its stream
-    (attach from offset + len(data) to read on from there)."""
+    (attach from offset + len(data) to read on from there). `lost`: bytes
+    of this stream just before `offset` that this call will not get (since
+    its previous chunk of the stream, or since Attached's offset): a
+    follower that fell behind the job's output buffer, or output dropped
+    (drop_oldest); 0 when the chunk follows the one before without a
+    gap."""
 
     stream: str
     data: bytes
     offset: int = 0
+    lost: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +156,11 @@ Outcome = Union[Exit, Failure]
 @dataclasses.dataclass(frozen=True)
 class JobResult:
     """A job's end and everything it wrote that this client read. Exactly
-    one of exit_code, signal and failure is set. `lost`: output bytes the
-    worker no longer had when the client attached (0 unless the job ran
-    detached past its buffer, or dropped output)."""
+    one of exit_code, signal and failure is set. `lost`: output bytes of
+    each stream this client did not get (the worker no longer had them
+    when it attached, or it fell behind the job's buffer as a follower, or
+    the job dropped output); 0 unless the job ran detached past its
+    buffer, outran a follower, or dropped output."""
 
     exit_code: Optional[int]
     signal: Optional[int]
@@ -166,8 +179,10 @@ class JobResult:
 class JobInfo:
     """One job a worker runs or retains (ListJobs). `client` is who
     dispatched it (a certificate's SAN, "plaintext" or "unix socket");
-    `program` its argv[0], never its arguments or environment; `written`
-    the bytes written to each stream; `outcome` its end, once it ended."""
+    `program` its argv[0], never its arguments or environment; `attached`
+    whether any call reads it now, and `readers` how many (its controller
+    and its followers); `written` the bytes written to each stream;
+    `outcome` its end, once it ended."""
 
     job_id: str
     kind: str
@@ -182,6 +197,35 @@ class JobInfo:
     written: Offsets
     detach_grace_seconds: float
     outcome: Optional[Outcome]
+    readers: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class JobsPage:
+    """One page of the jobs a worker runs or retains (jobs_page()), oldest
+    first: `jobs`, those of the page this caller may see;
+    `next_page_token`, to pass as page_token for the next page ("" on the
+    last); `others_running` and `others_ended`, the jobs of other
+    identities this caller may not see (under mutual TLS; 0 otherwise),
+    on the whole worker, not per page."""
+
+    jobs: List[JobInfo]
+    next_page_token: str
+    others_running: int = 0
+    others_ended: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    """A job submit() left running on the worker: its `job_id`, and the
+    `offsets` to attach from (attach(job_id, offsets)) to read its whole
+    output and its end: the start of each stream. `existed`: with
+    attach_if_exists, a job of that id was there already (running or
+    retained) and nothing new started."""
+
+    job_id: str
+    offsets: Offsets = Offsets()
+    existed: bool = False
 
 
 def positive(name: str, value: Optional[float]) -> Optional[float]:
@@ -229,12 +273,39 @@ def cancel_request(job_id: str, grace: float) -> Any:
     return worker_pb2.CancelRequest(job_id=job_id, grace_seconds=grace)
 
 
-def attach_request(job_id: str, offsets: Optional[Offsets]) -> Any:
+def attach_request(job_id: str, offsets: Optional[Offsets],
+                   take_over: bool = False) -> Any:
+    """The AttachRequest: from `offsets` (default the start), following
+    the job, or, with `take_over`, taking it over; ValueError for an empty
+    id."""
     if not job_id:
         raise ValueError("job_id is empty")
     stdout, stderr = offsets or Offsets()
     return worker_pb2.AttachRequest(job_id=job_id, stdout_offset=stdout,
-                                    stderr_offset=stderr)
+                                    stderr_offset=stderr,
+                                    take_over=bool(take_over))
+
+
+def jobs_request(page_size: int, page_token: str) -> Any:
+    """The ListJobsRequest of one page: `page_size` jobs (0: the worker's
+    default, DEFAULT_JOBS_PAGE_SIZE; at most MAX_JOBS_PAGE_SIZE) after
+    `page_token` ("": from the first). ValueError for a size out of range,
+    TypeError for a token that is not a str."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or \
+            not 0 <= page_size <= MAX_JOBS_PAGE_SIZE:
+        raise ValueError(f"page_size must be an int from 0 to "
+                         f"{MAX_JOBS_PAGE_SIZE}, not {page_size!r}")
+    if not isinstance(page_token, str):
+        raise TypeError("page_token is a str (a reply's next_page_token)")
+    return worker_pb2.ListJobsRequest(page_size=page_size,
+                                      page_token=page_token)
+
+
+def read_jobs_page(reply: Any) -> JobsPage:
+    """A ListJobsReply, read."""
+    return JobsPage([job_info(job) for job in reply.jobs],
+                    reply.next_page_token, reply.others_running,
+                    reply.others_ended)
 
 
 # stdin= of dispatch and events: bytes, a binary file object, an iterable of
@@ -278,6 +349,28 @@ def check_size(request: Any) -> None:
             f"the request is {size} bytes, more than the limit of "
             f"{MAX_MESSAGE_BYTES} bytes (stdin in the request counts; give "
             "a file, an fd or an iterable to stream it instead)")
+
+
+def submit_request(argv: Sequence[str], env: Optional[Dict[str, str]],
+                   cwd: str, stdin: Optional[bytes],
+                   time_limit: Optional[float], job_id: Optional[str],
+                   payload: bytes, kind: str, detach_grace: float,
+                   attach_if_exists: bool, drop_oldest: bool) -> Any:
+    """The DispatchRequest of a submit(): as dispatch_request, its stdin
+    whole in it. TypeError for stdin that is not bytes (a stream needs a
+    call that stays open), ValueError for a detach grace of 0 (the job
+    would be cancelled as the call closes)."""
+    if stdin is not None and not isinstance(stdin, (bytes, bytearray,
+                                                    memoryview)):
+        raise TypeError("submit() takes stdin as bytes, whole in the "
+                        "request; to stream it, use dispatch() or events()")
+    if grace_seconds("detach_grace", detach_grace) == 0:
+        raise ValueError("detach_grace must not be 0 for submit(): the job "
+                         "would be cancelled as the call closes (< 0: "
+                         "without limit)")
+    return dispatch_request(argv, env, cwd, stdin or b"", time_limit, job_id,
+                            payload, kind, detach_grace, attach_if_exists,
+                            drop_oldest)
 
 
 def job_request(argv: Sequence[str], env: Optional[Dict[str, str]], cwd: str,
@@ -460,7 +553,8 @@ def job_info(info: Any) -> JobInfo:
         running_seconds=info.running_seconds, attached=info.attached,
         retained_bytes=info.retained_bytes, dropped_bytes=info.dropped_bytes,
         written=Offsets(info.stdout_bytes, info.stderr_bytes),
-        detach_grace_seconds=info.detach_grace_seconds, outcome=outcome)
+        detach_grace_seconds=info.detach_grace_seconds, outcome=outcome,
+        readers=info.readers)
 
 
 def cancel_outcome(reply: Any) -> Outcome:
@@ -524,11 +618,16 @@ class JobReader:
             end = o.offset + len(o.data)
             if stderr:
                 self.offsets = self.offsets._replace(stderr=end)
+                self.lost = self.lost._replace(
+                    stderr=self.lost.stderr + o.lost_bytes)
             else:
                 self.offsets = self.offsets._replace(stdout=end)
+                self.lost = self.lost._replace(
+                    stdout=self.lost.stdout + o.lost_bytes)
             if self._gather:
                 (self._err if stderr else self._out).append(o.data)
-            return Output("stderr" if stderr else "stdout", o.data, o.offset)
+            return Output("stderr" if stderr else "stdout", o.data, o.offset,
+                          o.lost_bytes)
         if which == "input_closed":
             return InputClosed()
         if which in ("exit", "failure"):
@@ -576,9 +675,12 @@ def reattach_window(detach_grace: float) -> float:
 
 def worth_attaching(error: errors.WorkerError, rpc: str) -> bool:
     """Whether a failed dispatch (or attach after it) may get the job by
-    attaching again: the stream was lost after the job started (not taken
-    over by another call, not a protocol error), or an attach found the
-    worker unreachable for now."""
+    attaching again: the stream was lost after the job started (not a
+    protocol error; never TakenOver: another call has the job, and
+    attaching back would only follow it behind that call's back), or an
+    attach found the worker unreachable for now."""
+    if isinstance(error, errors.TakenOver):
+        return False
     if isinstance(error, errors.OutcomeUnknown):
         return error.code is not None and \
             error.code != grpc.StatusCode.ABORTED
@@ -595,7 +697,10 @@ class Reattach:
     started (again while that attach is itself lost on the way): if it
     finds no job (or no worker), the dispatch's own error stands. Once the
     job started, running out of attaches is OutcomeUnknown, not a transient
-    error."""
+    error. TakenOver (another call took the job over: attach's take_over)
+    ends the dispatch at once: the job runs on under that call, which gets
+    its end. Each attach follows the job (no take_over), so it disturbs no
+    other call reading it."""
 
     def __init__(self, detach_grace: float, timeout: Optional[float],
                  enabled: bool = True) -> None:
@@ -611,7 +716,7 @@ class Reattach:
     def delay_after(self, error: errors.WorkerError) -> float:
         """Seconds to wait before attaching again after `error`, or raises
         the error that ends the dispatch."""
-        if not self._enabled:
+        if not self._enabled or isinstance(error, errors.TakenOver):
             raise error
         before_attached = not isinstance(
             error, (errors.OutcomeUnknown, errors.AcceptedDeadlineExceeded))

@@ -8,12 +8,13 @@ import grpc
 
 from cfdb_worker import errors
 from cfdb_worker._common import (Accepted, Attached, InputClosed, JobInfo,
-                                 JobReader, JobResult, Offsets, Outcome,
-                                 Reattach, StdinSource, StopSummary,
-                                 attach_request, cancel_outcome,
+                                 JobReader, JobResult, JobsPage, Offsets,
+                                 Outcome, Reattach, StdinSource, StopSummary,
+                                 Submitted, attach_request, cancel_outcome,
                                  cancel_request, check_size, input_request,
-                                 job_info, job_request, positive, serving,
-                                 stop_request)
+                                 job_request, jobs_request, positive,
+                                 read_jobs_page, serving, stop_request,
+                                 submit_request)
 from cfdb_worker._rpcs import RPCS
 from cfdb_worker._steps import (AsyncDriver, Emit, Input, InputFailed, Next,
                                 ReadAll, Sleep, Steps, Stream, SyncDriver,
@@ -67,9 +68,10 @@ def events(argv: Sequence[str], *,
     """Runs `argv` (no shell) on the worker with exactly `env` (nothing
     else is inherited), `cwd` and `time_limit` seconds, and yields its
     events over one call: Accepted (or Attached, with
-    attach_if_exists, for a job of that id that exists), Output
-    chunks with their offsets, at most one InputClosed, then one Exit
-    or Failure. Bad arguments raise here (ValueError, TypeError).
+    attach_if_exists, for a job of that id that exists, which this call
+    then follows as attach() does), Output chunks with their offsets, at
+    most one InputClosed, then one Exit or Failure. Bad arguments raise
+    here (ValueError, TypeError).
 
     `stdin`: bytes (up to 1 MiB go whole in the request), or, streamed
     as the job reads it (DispatchStream), larger bytes, a binary file
@@ -88,7 +90,8 @@ def events(argv: Sequence[str], *,
     may have been accepted all the same: resend it with the same
     job_id and attach_if_exists, as dispatch() finds out by attaching);
     after it, OutcomeUnknown or AcceptedDeadlineExceeded: never resend
-    blindly (attach to it: dispatch() does)."""
+    blindly (attach to it: dispatch() does); TakenOver when another call
+    took the job over (attach with take_over), which now has its end."""
     # Not a generator itself: the arguments are checked at the call.
     request, source = job_request(argv, env, cwd, stdin, time_limit,
                                   job_id, payload, kind, detach_grace,
@@ -108,15 +111,18 @@ def dispatch(argv: Sequence[str], *,
              reattach: bool = True) -> Steps[JobResult]:
     """events(), gathered: the job's end and its whole output. When the
     stream is lost after the job started (OutcomeUnknown), it attaches
-    again from the offsets it got to, with a backoff (0.5 s doubling to
-    10 s), for the job's detach grace (at least 10 s, a minute without
-    limit) and within `timeout`: the job's own end comes back, not
-    the lost stream. A stream lost on the way before Accepted came is
-    attached to as well, to see whether the job started:
+    again from the offsets it got to, following the job (attach() without
+    take_over: it disturbs no other call reading it), with a backoff
+    (0.5 s doubling to 10 s), for the job's detach grace (at least 10 s, a
+    minute without limit) and within `timeout`: the job's own end comes
+    back, not the lost stream. A stream lost on the way before Accepted
+    came is attached to as well, to see whether the job started:
     TransientRpcError only when no job of its id is there (or no worker
     answers). Without reattach=False, OutcomeUnknown remains only for a
     worker that is really gone, once the job started (or NotFound: one
-    that no longer knows the job, e.g. restarted)."""
+    that no longer knows the job, e.g. restarted). TakenOver when another
+    call took the job over (attach with take_over): never attached to
+    again, since that call has the job and gets its end."""
     request, source = job_request(argv, env, cwd, stdin, time_limit,
                                   job_id, payload, kind, detach_grace,
                                   attach_if_exists, drop_oldest)
@@ -136,34 +142,135 @@ def dispatch(argv: Sequence[str], *,
 
 
 def attach_events(job_id: str, offsets: Optional[Offsets] = None,
-                  timeout: Optional[float] = None) -> Steps[None]:
+                  timeout: Optional[float] = None, *,
+                  take_over: bool = False) -> Steps[None]:
     """Reads job `job_id`'s events again from byte `offsets` (stdout,
     stderr; default the start of what is kept): Attached, Output from
-    there (each with its offset), live, then its Exit or Failure.
-    This call becomes the job's one attached call: the one attached
-    before ends (OutcomeUnknown, code ABORTED). NotFound for an unknown
-    or expired id. A failure after Attached leaves the job running,
-    detached, with its detach grace counted anew."""
+    there (each with its offset, and Output.lost for bytes skipped),
+    live, then its Exit or Failure. Bad arguments raise here
+    (ValueError).
+
+    The call follows the job: it only reads, any number of calls may
+    follow one job at once, and none disturbs another, nor the call
+    that controls the job (its dispatch). A follower that falls behind
+    the job's output buffer skips what the buffer no longer holds
+    (Output.lost). With `take_over`, on a job that runs, it becomes the
+    job's controller instead (its flow control, and, as it leaves, its
+    detach grace): the controller before it (the dispatching call, or an
+    earlier take-over) ends with TakenOver, and so does this call when
+    another takes it over; ignored for a job that has ended.
+
+    NotFound for an unknown or expired id, PermissionDenied for another
+    identity's job. A failure after Attached leaves the job running;
+    once no call reads it, its detach grace is counted anew."""
     reader = JobReader(job_id, gather=False)
-    return attach_call(attach_request(job_id, offsets), reader,
+    return attach_call(attach_request(job_id, offsets, take_over), reader,
                        positive("timeout", timeout))
 
 
 def attach(job_id: str, offsets: Optional[Offsets] = None,
-           timeout: Optional[float] = None) -> Steps[JobResult]:
+           timeout: Optional[float] = None, *,
+           take_over: bool = False) -> Steps[JobResult]:
     """attach_events(), gathered: the job's end and its output from
-    `offsets` (JobResult.lost: bytes the worker no longer kept)."""
+    `offsets` (JobResult.lost: bytes this call did not get, no longer
+    kept or skipped), following the job, or, with `take_over`, taking it
+    over (its controller before ends with TakenOver). Raises as
+    attach_events()."""
     reader = JobReader(job_id)
-    yield from attach_call(attach_request(job_id, offsets), reader,
-                           positive("timeout", timeout))
+    yield from attach_call(attach_request(job_id, offsets, take_over),
+                           reader, positive("timeout", timeout))
     return reader.result()
 
 
+def jobs_page(page_size: int = 0, page_token: str = "",
+              timeout: float = 5.0) -> Steps[JobsPage]:
+    """One page of the jobs the worker runs or retains that this caller
+    may see, oldest first: `page_size` of them (0: the worker's default,
+    100; at most 1000) after `page_token` ("": from the first; else a
+    page's next_page_token), with the number of other identities' jobs
+    it may not see (JobsPage). ValueError for a page size out of range
+    (no call is made); RpcError for a token this worker did not give
+    (e.g. one of a worker since restarted)."""
+    request = jobs_request(page_size, page_token)
+    reply = yield from unary("jobs", request, positive("timeout", timeout))
+    return read_jobs_page(reply)
+
+
 def jobs(timeout: float = 5.0) -> Steps[List[JobInfo]]:
-    """The jobs the worker runs or retains, oldest first."""
-    reply = yield from unary("jobs", worker_pb2.ListJobsRequest(),
-                             positive("timeout", timeout))
-    return [job_info(job) for job in reply.jobs]
+    """The jobs the worker runs or retains that this caller may see,
+    oldest first: every page of jobs_page(), each call within `timeout`.
+    A job that starts while the pages are read may be listed or not;
+    none is listed twice. RpcError for a worker whose pages do not move
+    on (a protocol error)."""
+    listed: List[JobInfo] = []
+    token = ""
+    while True:
+        page = yield from jobs_page(0, token, timeout)
+        listed.extend(page.jobs)
+        if not page.next_page_token:
+            return listed
+        if page.next_page_token == token or not page.jobs:
+            raise errors.RpcError("protocol error: ListJobs gave the same "
+                                  "page again")
+        token = page.next_page_token
+
+
+def submit(argv: Sequence[str], *,
+           env: Optional[Dict[str, str]] = None, cwd: str = "",
+           stdin: Optional[bytes] = None,
+           time_limit: Optional[float] = None,
+           job_id: Optional[str] = None, timeout: Optional[float] = None,
+           payload: bytes = b"", kind: str = "exec",
+           detach_grace: float = -1.0, attach_if_exists: bool = False,
+           drop_oldest: bool = False) -> Steps[Submitted]:
+    """Dispatches `argv` as dispatch() does and walks away: returns once
+    the worker accepted the job (Submitted: its id, and the offsets to
+    attach from), then closes the call, which leaves the job running
+    with no call attached, for its `detach_grace` (default -1: without
+    limit; > 0: that long, then it is cancelled, unless a call attaches
+    meanwhile; its time limit and the worker's stop still apply). A
+    later attach() (from any connection or process, within the worker's
+    result TTL after the job's end) reads its whole output and its end.
+    With no call reading it, a job that fills its output buffer is paused
+    until one does (or drops its oldest output, with drop_oldest).
+
+    `stdin` is bytes, whole in the request (TypeError for anything else:
+    a streamed input needs a call that stays open). ValueError for a
+    detach grace of 0 (the job would be cancelled as the call closes)
+    and for the bad arguments dispatch() refuses; no call is made. With
+    `attach_if_exists`, a job of that id that runs or is retained is
+    left as it is (Submitted.existed): resending a submit whose answer
+    was lost (TransientRpcError, MaybeStarted) with the same job_id and
+    attach_if_exists is safe. `timeout` bounds the call up to the
+    acceptance. Errors are dispatch's before Accepted: AlreadyExists,
+    TransientRpcError (the docket full, the worker stopping; a call lost
+    on the way may have been accepted all the same), MaybeStarted,
+    RpcError."""
+    request = submit_request(argv, env, cwd, stdin, time_limit, job_id,
+                             payload, kind, detach_grace, attach_if_exists,
+                             drop_oldest)
+    reader = JobReader(request.job_id, gather=False)
+    reader.begin_call()
+    stream = yield Stream("Dispatch", request, positive("timeout", timeout))
+    while True:
+        try:
+            message = yield Next(stream)
+        except grpc.RpcError as e:
+            raise errors.classify("dispatch", e) from None
+        if message is None:
+            raise errors.RpcError("protocol error: the worker closed the "
+                                  "Dispatch stream without accepted",
+                                  grpc.StatusCode.DATA_LOSS)
+        event = reader.take(message)
+        if isinstance(event, (Accepted, Attached)):
+            # Returning ends the operation, and the driver cancels its
+            # call: the job runs on, detached, under its grace.
+            return Submitted(request.job_id, Offsets(),
+                             existed=isinstance(event, Attached))
+        if event is not None:
+            raise reader.protocol_error(
+                f"the Dispatch stream began with {type(event).__name__}, "
+                "not accepted")
 
 
 def cancel(job_id: str, grace: float,
@@ -252,7 +359,9 @@ class SyncOperations(SyncDriver):
     # Its call opens at once, as it always has; events()' at its first read.
     attach_events = sync_events(attach_events, at_once=True)
     attach = sync_op(attach)
+    submit = sync_op(submit)
     jobs = sync_op(jobs)
+    jobs_page = sync_op(jobs_page)
     cancel = sync_op(cancel)
     health = sync_op(health)
 
@@ -267,6 +376,8 @@ class AsyncOperations(AsyncDriver):
     dispatch = async_op(dispatch)
     attach_events = async_events(attach_events, at_once=True)
     attach = async_op(attach)
+    submit = async_op(submit)
     jobs = async_op(jobs)
+    jobs_page = async_op(jobs_page)
     cancel = async_op(cancel)
     health = async_op(health)

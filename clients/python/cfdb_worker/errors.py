@@ -67,9 +67,8 @@ class PermissionDenied(WorkerError):
 
 class OutcomeUnknown(WorkerError):
     """dispatch or attach, after the job was accepted (or attached to): the
-    stream broke before the job's end (or, code ABORTED, another call
-    attached to the job and took it over). The job started; do not resend
-    it blindly: attach to it (dispatch does, by itself, after a lost
+    stream broke before the job's end. The job started; do not resend it
+    blindly: attach to it (dispatch does, by itself, after a lost
     stream)."""
 
     kind = "accepted, outcome unknown"
@@ -78,9 +77,11 @@ class OutcomeUnknown(WorkerError):
 
 class AcceptedDeadlineExceeded(WorkerError):
     """dispatch or attach, after the job was accepted (or attached to): the
-    caller's timeout passed and the call ended. The job follows its detach
-    grace: cancelled at once with 0 (dispatch's default), else it runs on
-    to be attached to, or cancelled (cancel())."""
+    caller's timeout passed and the call ended. The job runs on: a call
+    that controlled it (its dispatch, an attach with take_over) leaves it
+    to its detach grace (cancelled at once with 0, dispatch's default,
+    else it runs on to be attached to, or cancelled: cancel()); a
+    follower's end changes nothing for it."""
 
     kind = "accepted, deadline exceeded"
     exit_code = 73
@@ -120,6 +121,15 @@ class StillBusy(WorkerError):
     exit_code = 65
 
 
+class TakenOver(WorkerError):
+    """dispatch or attach (ABORTED): another call took the job over
+    (attach with take_over). The job runs on under that call; nothing was
+    lost, and nothing should be resent."""
+
+    kind = "taken over"
+    exit_code = 68
+
+
 def _mentions(details: Optional[str], words: Tuple[str, ...]) -> bool:
     text = (details or "").lower()
     return any(word in text for word in words)
@@ -153,7 +163,9 @@ def kind_of(rpc: str, code: Optional[grpc.StatusCode], details: Optional[str],
     C = grpc.StatusCode
     row = RPCS[rpc]
     cls: Type[WorkerError]
-    if row.follows_job and accepted:
+    if row.follows_job and code == C.ABORTED:
+        cls = TakenOver
+    elif row.follows_job and accepted:
         cls = (AcceptedDeadlineExceeded if code == C.DEADLINE_EXCEEDED
                else OutcomeUnknown)
     elif code == C.UNAUTHENTICATED or (

@@ -22,9 +22,17 @@ EXIT_0 = event(exit=worker_pb2.Exit(code=0))
 LOST = Failed(grpc.StatusCode.UNAVAILABLE, "Socket closed")
 
 
-def stdout(data, offset=0):
+def stdout(data, offset=0, lost=0):
     return event(output=worker_pb2.Output(
-        stream=worker_pb2.Output.STDOUT, data=data, offset=offset))
+        stream=worker_pb2.Output.STDOUT, data=data, offset=offset,
+        lost_bytes=lost))
+
+
+def page(*ids, token="", others=(0, 0)):
+    return worker_pb2.ListJobsReply(
+        jobs=[worker_pb2.JobInfo(job_id=job_id, readers=2) for job_id in ids],
+        next_page_token=token, others_running=others[0],
+        others_ended=others[1])
 
 
 class ScriptedWorker:
@@ -86,7 +94,97 @@ class UnaryTest(unittest.TestCase):
         self.assertEqual(worker.steps, [])
 
 
+class JobsTest(unittest.TestCase):
+    def test_jobs_reads_every_page_by_its_token(self):
+        worker = ScriptedWorker(replies=[page("a", "b", token="t1"),
+                                         page("c", others=(4, 5))])
+        listed = worker.run(_core.jobs(timeout=2))
+        self.assertEqual([(j.job_id, j.readers) for j in listed],
+                         [("a", 2), ("b", 2), ("c", 2)])
+        self.assertEqual([(u.request.page_size, u.request.page_token)
+                          for u in worker.of(Unary)], [(0, ""), (0, "t1")])
+
+    def test_a_page_and_the_others_counted(self):
+        worker = ScriptedWorker(replies=[page("a", token="t", others=(1, 2))])
+        got = worker.run(_core.jobs_page(page_size=1, page_token="s"))
+        self.assertEqual(([j.job_id for j in got.jobs], got.next_page_token,
+                          got.others_running, got.others_ended),
+                         (["a"], "t", 1, 2))
+        [call] = worker.of(Unary)
+        self.assertEqual((call.method, call.request.page_size,
+                          call.request.page_token), ("ListJobs", 1, "s"))
+
+    def test_a_page_that_does_not_move_on_is_a_protocol_error(self):
+        worker = ScriptedWorker(replies=[page("a", token="t"),
+                                         page("a", token="t")])
+        with self.assertRaises(cfdb_worker.RpcError):
+            worker.run(_core.jobs())
+
+    def test_a_page_size_out_of_range_makes_no_call(self):
+        worker = ScriptedWorker()
+        for size in (-1, 1001, 2.5, True):
+            with self.assertRaises(ValueError):
+                worker.run(_core.jobs_page(page_size=size))
+        self.assertEqual(worker.steps, [])
+
+
+class SubmitTest(unittest.TestCase):
+    def test_submit_returns_at_accepted_and_reads_no_further(self):
+        worker = ScriptedWorker([ACCEPTED, stdout(b"never read"), EXIT_0])
+        submitted = worker.run(_core.submit(["x"], job_id="s", stdin=b"in"))
+        self.assertEqual(submitted, cfdb_worker.Submitted("s"))
+        [stream] = worker.of(Stream)
+        self.assertEqual((stream.method, stream.request.detach_grace_seconds,
+                          stream.request.exec.stdin), ("Dispatch", -1.0,
+                                                       b"in"))
+        self.assertEqual(len(worker.of(Next)), 1)
+
+    def test_submit_of_a_job_that_exists_says_so(self):
+        attached = event(attached=worker_pb2.Attached())
+        worker = ScriptedWorker([attached])
+        submitted = worker.run(_core.submit(["x"], job_id="s",
+                                            attach_if_exists=True))
+        self.assertTrue(submitted.existed)
+        self.assertTrue(worker.of(Stream)[0].request.attach_if_exists)
+
+    def test_a_grace_of_zero_or_a_streamed_stdin_makes_no_call(self):
+        worker = ScriptedWorker()
+        with self.assertRaises(ValueError):
+            worker.run(_core.submit(["x"], detach_grace=0))
+        with self.assertRaises(TypeError):
+            worker.run(_core.submit(["x"], stdin=iter([b"x"])))
+        self.assertEqual(worker.steps, [])
+
+    def test_a_refusal_is_raised_by_its_kind(self):
+        worker = ScriptedWorker([Failed(grpc.StatusCode.ALREADY_EXISTS,
+                                        "job_id: a job of this id")])
+        with self.assertRaises(cfdb_worker.AlreadyExists):
+            worker.run(_core.submit(["x"], job_id="s"))
+
+
 class DispatchTest(unittest.TestCase):
+    def test_a_take_over_ends_the_dispatch_without_attaching_again(self):
+        taken = Failed(grpc.StatusCode.ABORTED, "taken over by an Attach")
+        worker = ScriptedWorker([ACCEPTED, stdout(b"abc"), taken])
+        with self.assertRaises(cfdb_worker.TakenOver):
+            worker.run(_core.dispatch(["x"], detach_grace=30))
+        self.assertEqual((len(worker.of(Stream)), worker.of(Sleep)), (1, []))
+
+    def test_output_skipped_is_counted_lost(self):
+        worker = ScriptedWorker([ACCEPTED, stdout(b"ab"),
+                                 stdout(b"yz", offset=10, lost=8), EXIT_0])
+        result = worker.run(_core.dispatch(["x"]))
+        self.assertEqual((result.stdout, result.lost),
+                         (b"abyz", cfdb_worker.Offsets(8, 0)))
+
+    def test_attach_follows_unless_it_takes_over(self):
+        for take_over in (False, True):
+            worker = ScriptedWorker([event(attached=worker_pb2.Attached()),
+                                     EXIT_0])
+            worker.run(_core.attach("j", take_over=take_over))
+            [stream] = worker.of(Stream)
+            self.assertEqual(stream.request.take_over, take_over)
+
     def test_a_lost_stream_is_attached_to_again_from_its_offsets(self):
         attached = event(attached=worker_pb2.Attached(stdout_offset=3))
         worker = ScriptedWorker([ACCEPTED, stdout(b"abc"), LOST],

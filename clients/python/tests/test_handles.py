@@ -1,7 +1,8 @@
 """Jobs as handles from the blocking client, against real workers over TCP
 plaintext, mutual TLS and the Unix socket: offsets, detach and attach from a
-new process, duplicate ids, cancel with a grace, the conditional stop,
-ListJobs, and dispatch coming back to its job after a lost connection."""
+new process, submit and walk away, followers and take-over, duplicate ids,
+cancel with a grace, the conditional stop, ListJobs and its pages, and
+dispatch coming back to its job after a lost connection."""
 import concurrent.futures
 import os
 import signal
@@ -99,15 +100,83 @@ class HandleTests:
                 c.dispatch(["true"], job_id="dup")
             events = c.events(["true"], job_id="dup", attach_if_exists=True)
             self.assertIsInstance(next(events), cfdb_worker.Attached)
+            # A follower: leaving early disturbs neither the job nor the
+            # call that dispatched it.
             events.close()
-            # The first call was taken over by the attach; dispatch does not
-            # attach back over a takeover: ABORTED says another call has it.
-            with self.assertRaises(cfdb_worker.OutcomeUnknown) as taken:
-                first.result()
             again = c.dispatch(["true"], job_id="dup", attach_if_exists=True)
+            dispatched = first.result()
         self.assertEqual(raised.exception.exit_code, 67)
-        self.assertEqual(taken.exception.code.name, "ABORTED")
+        self.assertEqual((dispatched.exit_code, dispatched.stdout), (7, SEQ))
         self.assertEqual((again.exit_code, again.stdout), (7, SEQ))
+
+    def test_a_submitted_job_runs_on_and_another_connection_reads_it_whole(
+            self):
+        job = ["/bin/sh", "-c", "sleep 0.5; seq 1 20000; echo done >&2; "
+               "exit 7"]
+        with self.connect() as c:
+            submitted = c.submit(job, job_id="walked", stdin=b"unread")
+            with self.assertRaises(ValueError):
+                c.submit(job, detach_grace=0)
+            with self.assertRaises(TypeError):
+                c.submit(["cat"], stdin=iter([b"streamed"]))
+            again = c.submit(job, job_id="walked", attach_if_exists=True)
+        self.assertEqual(submitted, cfdb_worker.Submitted(
+            "walked", Offsets(0, 0)))
+        self.assertTrue(again.existed)
+        with self.connect() as other:
+            self.assertTrue(wait_for(lambda: any(
+                j.job_id == "walked" and j.readers == 0
+                for j in other.jobs())), "no call reads it")
+            [listed] = [j for j in other.jobs() if j.job_id == "walked"]
+            whole = other.attach("walked", submitted.offsets)
+            retained = other.attach("walked")
+        self.assertTrue(listed.running, "closing the call left it running")
+        self.assertLess(listed.detach_grace_seconds, 0)
+        self.assertEqual((whole.exit_code, whole.stdout, whole.stderr),
+                         (7, SEQ, b"done\n"))
+        self.assertEqual(whole.lost, Offsets(0, 0))
+        self.assertEqual(retained, whole)
+
+    def test_followers_each_read_the_whole_job_and_disturb_nothing(self):
+        job = ["/bin/sh", "-c", "seq 1 20000; sleep 2; seq 1 20000; "
+               "echo done >&2; exit 7"]
+        with self.connect() as c, self.connect() as a, self.connect() as b, \
+                concurrent.futures.ThreadPoolExecutor() as pool:
+            dispatched = pool.submit(c.dispatch, job, job_id="followed")
+            self.assertTrue(wait_for(lambda: any(
+                j.job_id == "followed" and j.written.stdout
+                for j in c.jobs())), "the job writes")
+            followers = [pool.submit(f.attach, "followed") for f in (a, b)]
+            self.assertTrue(wait_for(lambda: any(
+                j.job_id == "followed" and j.readers == 3
+                for j in c.jobs())), "its dispatch and two followers read it")
+            results = [f.result() for f in followers]
+            result = dispatched.result()
+        self.assertEqual((result.exit_code, result.stdout, result.stderr),
+                         (7, SEQ + SEQ, b"done\n"))
+        for got in results:
+            self.assertEqual(got, result)
+
+    def test_a_take_over_ends_the_dispatch_which_does_not_come_back(self):
+        # Detach grace 0: the job outlives its dispatch's call all the same,
+        # since that call no longer controls it.
+        job = ["/bin/sh", "-c", "echo up; sleep 2; seq 1 20000; exit 7"]
+        with self.connect() as c, self.connect() as taker, \
+                concurrent.futures.ThreadPoolExecutor() as pool:
+            first = pool.submit(c.dispatch, job, job_id="taken")
+            self.assertTrue(wait_for(lambda: any(
+                j.job_id == "taken" and j.written.stdout
+                for j in c.jobs())), "the job writes")
+            took = pool.submit(taker.attach, "taken", take_over=True)
+            with self.assertRaises(cfdb_worker.TakenOver) as raised:
+                first.result()
+            self.assertFalse(took.done(), "the dispatch ended at the "
+                             "take-over, not at the job's end")
+            result = took.result()
+        self.assertEqual(raised.exception.exit_code, 68)
+        self.assertEqual(raised.exception.code.name, "ABORTED")
+        self.assertEqual((result.exit_code, result.stdout),
+                         (7, b"up\n" + SEQ))
 
     def test_cancel_with_a_grace_lets_the_job_end_by_itself(self):
         with self.connect() as c, concurrent.futures.ThreadPoolExecutor() as pool:
@@ -161,7 +230,7 @@ class HandleTests:
                                timeout=0.8)
                 self.assertEqual(raised.exception.exit_code, 73)
             # The worker sees the call end a moment after the client does;
-            # an attach before that would take the job over and keep it.
+            # an attach before that would read the job while it still runs.
             self.assertTrue(wait_for(lambda: any(
                 j.job_id == "dropped" and not j.running
                 for j in c.jobs())), "the call's end cancels the job")
@@ -180,6 +249,25 @@ class HandleTests:
 
 class PlaintextTests(HandleTests):
     """Over TCP plaintext, and through a proxy that cuts connections."""
+
+    def test_jobs_reads_every_page_oldest_first(self):
+        ids = [f"page-{i:03d}" for i in range(250)]
+        with self.connect() as c:
+            for job_id in ids:
+                self.assertTrue(c.dispatch(["true"], job_id=job_id).ok)
+            listed = c.jobs()
+            first = c.jobs_page()
+            small = c.jobs_page(page_size=3, page_token=first.next_page_token)
+            with self.assertRaises(ValueError):
+                c.jobs_page(page_size=1001)
+            with self.assertRaises(cfdb_worker.RpcError):
+                c.jobs_page(page_token="not a token of this worker")
+        self.assertEqual([j.job_id for j in listed], ids,
+                         "all of them, oldest first, none twice")
+        self.assertEqual([j.job_id for j in first.jobs], ids[:100])
+        self.assertTrue(first.next_page_token)
+        self.assertEqual((first.others_running, first.others_ended), (0, 0))
+        self.assertEqual([j.job_id for j in small.jobs], ids[100:103])
 
     def cut_once(self, proxy, seen):
         """Cuts every connection through `proxy` once `seen(job)` holds of
@@ -269,20 +357,32 @@ class PlaintextTests(HandleTests):
 class MutualTlsTests(HandleTests):
     """Over mutual TLS, and what admission adds."""
 
-    def test_an_observer_lists_jobs_but_cannot_attach_or_cancel(self):
+    def test_an_observer_counts_others_jobs_but_cannot_attach_or_cancel(
+            self):
         with self.connect() as c, self.connect(self.worker_pem) as observer:
             with concurrent.futures.ThreadPoolExecutor() as pool:
                 job = pool.submit(c.dispatch, ["sleep", "3"], job_id="seen")
                 self.assertTrue(wait_for(lambda: any(
-                    j.job_id == "seen" for j in observer.jobs())))
-                listed = [j for j in observer.jobs() if j.job_id == "seen"]
+                    j.job_id == "seen" for j in c.jobs())))
+                running = observer.jobs_page()
+                shown = observer.jobs()
+                listed = [j for j in c.jobs() if j.job_id == "seen"]
                 with self.assertRaises(cfdb_worker.PermissionDenied):
                     observer.attach("seen")
                 with self.assertRaises(cfdb_worker.PermissionDenied):
                     observer.cancel("seen", grace=0)
                 self.assertTrue(job.result().ok)
+                ended = observer.jobs_page()
+                own = c.jobs_page()
+        # Another identity's job is only counted, never shown.
+        self.assertEqual(running, cfdb_worker.JobsPage([], "", 1, 0))
+        self.assertEqual(ended, cfdb_worker.JobsPage([], "", 0, 1))
+        self.assertEqual(shown, [])
+        self.assertEqual(([j.job_id for j in own.jobs], own.others_running,
+                          own.others_ended), (["seen"], 0, 0))
         self.assertEqual(listed[0].client, "api.cfdb.internal")
         self.assertTrue(listed[0].attached)
+        self.assertEqual(listed[0].readers, 1)
 
 
 test_cases(globals(), PlaintextTests, HandleTests, MutualTlsTests)

@@ -42,9 +42,13 @@ struct DispatchCallbacks {
   // will not get.
   std::function<void(const JobJournal::Attachment&)> on_attached;
   // Called for each output chunk, in order. Chunks of a stream follow each
-  // other without gap (unless on_attached said some were lost), so a
-  // caller that counts them knows the offsets to attach again from.
+  // other without gap (unless on_attached or on_lost said some were lost),
+  // so a caller that counts them knows the offsets to attach again from.
   std::function<void(OutputStream, std::string_view)> on_output;
+  // Called before a chunk when bytes of its stream before it will not come
+  // (Output.lost_bytes: a follower fell behind the job's buffer, or output
+  // was dropped), with their number.
+  std::function<void(OutputStream, uint64_t)> on_lost;
 };
 
 // JobInfo is one job as ListJobs reports it (cfdb.worker.v1.JobInfo).
@@ -54,7 +58,8 @@ struct JobInfo {
   std::string client;   // who dispatched it: a SAN, "plaintext", ...
   std::string program;  // argv[0] of an exec job
   bool running = false;
-  bool attached = false;                          // a call is attached
+  bool attached = false;                          // a call reads it
+  uint32_t readers = 0;                           // calls reading it
   std::chrono::system_clock::time_point started;  // wall clock
   Duration running_for{};                         // monotonic
   uint64_t retained_bytes = 0;
@@ -62,6 +67,15 @@ struct JobInfo {
   StreamOffsets written;  // bytes written per stream
   Duration detach_grace{};
   std::optional<JobOutcome> outcome;  // once ended
+};
+
+// JobsPage is one page of ListJobs.
+struct JobsPage {
+  std::vector<JobInfo> jobs;
+  std::string next_page_token;  // empty on the last page
+  // Jobs of other identities the caller may not see, in all.
+  uint32_t others_running = 0;
+  uint32_t others_ended = 0;
 };
 
 // ConnectionOptions tune one WorkerConnection.
@@ -138,18 +152,37 @@ class WorkerConnection final {
       const JobRequest& request, int stdin_fd,
       const DispatchCallbacks& callbacks, std::optional<Duration> timeout = {});
 
+  // Submit dispatches `request` (Dispatch RPC, its stdin whole in the
+  // request) and returns once the worker accepted it (or, with
+  // attach_if_exists, found it), with the offsets to attach from; then it
+  // ends the call, so the job runs on under its detach grace (a grace of
+  // zero would cancel it: INVALID_ARGUMENT, with nothing sent). Errors as
+  // Dispatch's before acceptance. `timeout` bounds the call.
+  absl::StatusOr<StreamOffsets> Submit(const JobRequest& request,
+                                       std::optional<Duration> timeout = {});
+
   // Attach reads job `job_id`'s events from the byte offsets `from` (Attach
   // RPC), calling `callbacks` (on_attached first), and returns its outcome:
   // at once for a job that has ended, else when it ends. NOT_FOUND for an
-  // unknown or expired job. A failure after `attached` is marked so
-  // (MarkAccepted): the job runs on. ABORTED when another call attached to
-  // the job and took it over. `timeout` as for Dispatch.
-  absl::StatusOr<JobOutcome> Attach(const std::string& job_id,
-                                    StreamOffsets from,
-                                    const DispatchCallbacks& callbacks,
-                                    std::optional<Duration> timeout = {});
+  // unknown or expired job, PERMISSION_DENIED for another identity's. A
+  // failure after `attached` is marked so (MarkAccepted): the job runs on.
+  // The call follows the job; as JobJournal::Role::kControl it takes the
+  // job over (its controller before ends with ABORTED, and so does this
+  // call when another takes it over). `timeout` as for Dispatch.
+  absl::StatusOr<JobOutcome> Attach(
+      const std::string& job_id, StreamOffsets from,
+      const DispatchCallbacks& callbacks, std::optional<Duration> timeout = {},
+      JobJournal::Role role = JobJournal::Role::kFollow);
 
-  // ListJobs lists the jobs the worker runs or retains, oldest first.
+  // ListJobsPage lists one page of the jobs the worker runs or retains
+  // that this client may see, oldest first: `page_size` of them (0: the
+  // worker's default, 100; at most 1000), after `page_token` (empty: from
+  // the first). `timeout` bounds the call.
+  absl::StatusOr<JobsPage> ListJobsPage(uint32_t page_size,
+                                        const std::string& page_token,
+                                        Duration timeout);
+
+  // ListJobs is every page of ListJobsPage, each call within `timeout`.
   absl::StatusOr<std::vector<JobInfo>> ListJobs(Duration timeout);
 
   // Cancel cancels job `job_id` (SIGTERM, then SIGKILL after `grace`; zero:

@@ -76,6 +76,10 @@ enum class ErrorKind {
   // long enough, or holds unread results (FAILED_PRECONDITION). It keeps
   // serving; nothing was stopped.
   kStillBusy,
+  // Dispatch, Attach (follows_job), ABORTED: another call took the job
+  // over (Attach with take_over); it runs on under that call. Nothing was
+  // lost and nothing should be resent: this call is done with the job.
+  kTakenOver,
 };
 
 // ClassifyError maps a non-OK status from `rpc` to its kind: by its code
@@ -119,7 +123,7 @@ bool MayHaveBeenAccepted(Rpc rpc, const absl::Status& status);
 // ErrorKindName returns "idle unavailable", "transient error", "handshake
 // error", "rpc error", "permission denied", "accepted, outcome unknown",
 // "accepted, deadline exceeded", "no answer before the deadline", "already
-// exists", "not found" or "still busy".
+// exists", "not found", "still busy" or "taken over".
 std::string_view ErrorKindName(ErrorKind kind);
 
 // ExitCodeFor returns the documented exit code of a client command that
@@ -128,7 +132,8 @@ std::string_view ErrorKindName(ErrorKind kind);
 // EX_PROTOCOL); 74 accepted, outcome unknown (EX_IOERR: the stream broke);
 // 73 accepted, deadline exceeded; 74 also for no answer before the
 // deadline (the job may have started); 77 permission denied (EX_NOPERM);
-// 65 still busy, 66 not found, 67 already exists (codes of our own).
+// 65 still busy, 66 not found, 67 already exists, 68 taken over (codes of
+// our own).
 int ExitCodeFor(ErrorKind kind);
 
 // ErrorKindMeaning returns what `kind` promises about the job, or what to do,

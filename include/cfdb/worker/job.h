@@ -38,12 +38,39 @@ struct JobRequest {
   // When the output buffer is full and nobody reads it fast enough, drop
   // the oldest unread output (counted) instead of pausing the job.
   bool drop_oldest = false;
-  // Who asked, for listings: the client certificate's identity, or
-  // "plaintext"; set by the transport, not by the client.
+  // Who asked: the client certificate's identity, "plaintext" or "unix
+  // socket"; set by the transport, not by the client. Under mutual TLS the
+  // job belongs to it (JobCaller). Kept cut at kMaxListedBytes.
   std::string client;
+  // What listings show of the job: an exec job's program (argv[0]); set
+  // by the transport. Kept cut at kMaxListedBytes.
+  std::string program;
   // A client's request only: if a job of this id runs or is retained,
   // attach to it instead of being refused with ALREADY_EXISTS.
   bool attach_if_exists = false;
+};
+
+// What a job keeps of its request's strings for as long as it is known
+// (JobRequest::client, program) and of its outcome's message: bounded, so
+// that a retained result costs a few KiB whatever was asked.
+inline constexpr std::size_t kMaxListedBytes = 256;
+inline constexpr std::size_t kMaxOutcomeMessageBytes = 1024;
+
+// JobCaller is who asks for a job by its id (Worker::Attach, CancelJob,
+// JobsFor): a job belongs to the identity that dispatched it.
+struct JobCaller {
+  // The caller's identity, as JobRequest::client writes it.
+  std::string identity;
+  // May see and touch every job: a caller of one trust domain with the
+  // worker (plaintext, the Unix socket, TLS without client certificates),
+  // or an identity of the admin list (--tls-admit-admin). The default, for
+  // code embedding the library.
+  bool admin = true;
+
+  // Owns says whether this caller may see and touch `request`'s job.
+  bool Owns(const JobRequest& request) const {
+    return admin || request.client == identity;
+  }
 };
 
 enum class OutputStream { kStdout, kStderr };
@@ -71,6 +98,7 @@ struct JobOutcome {
   int code = 0;
   int signal = 0;
   Failure failure = Failure::kNone;
+  // For people; a job's outcome keeps its first kMaxOutcomeMessageBytes.
   std::string message;
 
   // ShellStatus maps the outcome to a shell-style exit status: the code;

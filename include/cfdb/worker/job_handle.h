@@ -39,6 +39,9 @@ class Job : public Cancellable,
       std::size_t output_buffer_bytes = kDefaultOutputBufferBytes);
   ~Job() override;
 
+  // request is the job's request. Once the job has ended and its outcome
+  // is told, its spec and payload are released: a retained result keeps
+  // the rest (job_id, kind, client, program, detach grace).
   const JobRequest& request() const override { return request_; }
   bool cancelled() const override;
   int cancel_fd() const override { return cancel_fd_.load(); }
@@ -70,11 +73,11 @@ class Job : public Cancellable,
   const JobJournal& journal() const { return journal_; }
 
   // ReaderLeft says that `reader`, a reader of the journal, is gone (its
-  // call ended). If it was the one attached and the job still runs, the
-  // request's detach grace applies: zero cancels the job now, a positive
-  // grace cancels it unless a reader attaches within it, a negative one
-  // lets it run. A job whose input was cut short is cancelled by its
-  // transport, whatever the grace.
+  // call ended). The request's detach grace applies to a job that still
+  // runs: zero cancels it as soon as its controller leaves (followers or
+  // not); a positive grace cancels it once it has had no reader at all for
+  // that long; a negative one lets it run. A job whose input was cut short
+  // is cancelled by its transport, whatever the grace.
   void ReaderLeft(const JobReader* reader);
 
   // WhenEnded runs `callback` with the outcome once the job has ended: at
@@ -106,8 +109,13 @@ class Job : public Cancellable,
   // End records the outcome, tells the journal and runs WhenEnded's
   // callbacks; the worker calls it once.
   void End(const JobOutcome& outcome, TimePoint now);
+  // ReleaseRequest frees what the request holds that a retained result
+  // does not need (spec, payload); the worker calls it after OnOutcome.
+  void ReleaseRequest();
 
-  const JobRequest request_;
+  // Not const: ReleaseRequest empties spec and payload once nothing runs
+  // that reads them; the fields a retained result keeps never change.
+  JobRequest request_;
   std::atomic<Duration::rep> kill_grace_;
   // An eventfd, readable once cancelled; closed (-1) when the job ends, so
   // a retained result holds no descriptor. Written and closed under mu_.

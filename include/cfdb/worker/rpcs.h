@@ -51,6 +51,12 @@ struct RpcInfo {
   std::string_view python;
   // What it does, in one line, for --help and the docs.
   std::string_view summary;
+  // What it does to a job of the worker's, by its id, if anything (the
+  // docs' ownership table), and what an identity that does not own the
+  // job gets under mutual TLS (JobCaller): a job is its dispatcher's and
+  // the admin identities' only.
+  std::string_view on_jobs;
+  std::string_view to_others;
   // What some outcomes mean for it (ClassifyError):
   // a failure after the job was accepted (or attached to) leaves the job's
   // outcome unknown, never "nothing started";
@@ -103,6 +109,9 @@ inline constexpr RpcInfo kRpcs[] = {
      .command = "dispatch",
      .python = "dispatch",
      .summary = "run a job and stream its events (DispatchStream: and stdin)",
+     .on_jobs = "with attach_if_exists: follow the job of that id",
+     .to_others = "PERMISSION_DENIED (without attach_if_exists: "
+                  "ALREADY_EXISTS, as ids are unique per worker)",
      .follows_job = true,
      .may_start_job = true},
     {.rpc = Rpc::kHealth,
@@ -119,6 +128,8 @@ inline constexpr RpcInfo kRpcs[] = {
      .command = "attach",
      .python = "attach",
      .summary = "read a job's output again from offsets and wait for its end",
+     .on_jobs = "follow it, or take it over (take_over)",
+     .to_others = "PERMISSION_DENIED",
      .follows_job = true,
      .finds_job = true},
     {.rpc = Rpc::kListJobs,
@@ -127,7 +138,9 @@ inline constexpr RpcInfo kRpcs[] = {
      .group = MethodGroup::kObserve,
      .command = "jobs",
      .python = "jobs",
-     .summary = "list the jobs the worker runs or holds the results of"},
+     .summary = "list the jobs the worker runs or holds the results of",
+     .on_jobs = "list it: id, client, program, state, byte counts, outcome",
+     .to_others = "not listed: only the number of such jobs"},
     {.rpc = Rpc::kCancel,
      .name = "Cancel",
      .methods = rpc_methods::kCancel,
@@ -135,6 +148,8 @@ inline constexpr RpcInfo kRpcs[] = {
      .command = "cancel",
      .python = "cancel",
      .summary = "cancel one job and answer with how it ended",
+     .on_jobs = "cancel it, and read its outcome",
+     .to_others = "PERMISSION_DENIED",
      .finds_job = true},
 };
 

@@ -46,7 +46,11 @@ inline constexpr Duration kKeepaliveTimeout = std::chrono::seconds(10);
 struct AdmissionLists {
   std::vector<std::string> control;  // every RPC
   std::vector<std::string> observe;  // the RPCs of MethodGroup::kObserve
-  bool empty() const { return control.empty() && observe.empty(); }
+  // Every RPC, on every job: another identity's jobs too (JobCaller).
+  std::vector<std::string> admin;
+  bool empty() const {
+    return control.empty() && observe.empty() && admin.empty();
+  }
 };
 
 // ServerLimits bound what any client can make the server hold, with gRPC's

@@ -88,6 +88,9 @@ struct JobCounts {
   // limit, or its handler reported an error.
   uint64_t failed = 0;
   uint64_t cancelled = 0;  // cancelled by a stop or by its client
+  // Results of detached jobs evicted before any client read them (past
+  // kMaxRetainedResults; logged).
+  uint64_t unread_evicted = 0;
 };
 
 // StopState is what a worker's first stop request found, and who has asked
@@ -145,23 +148,27 @@ class Worker {
   // job is in flight). Never touches the docket's contents.
   Duration Idle() const { return docket_.Idle(); }
 
-  // Attach makes `reader` the reader of job `job_id`'s journal, from the
-  // byte offsets `from` (JobJournal::Attach; a reader attached before is
-  // taken over), and returns the job and what the reader will find.
-  // NOT_FOUND when no job of that id runs or is retained.
+  // Attach adds `reader` to job `job_id`'s readers, from the byte offsets
+  // `from`, as `role` (JobJournal::Attach: a controller attached before is
+  // taken over; an ended job is only followed), and returns the job and
+  // what the reader will find. NOT_FOUND when no job of that id runs or is
+  // retained; PERMISSION_DENIED when `caller` does not own it
+  // (JobCaller::Owns).
   absl::StatusOr<std::pair<std::shared_ptr<Job>, JobJournal::Attachment>>
-  Attach(std::string_view job_id, const std::shared_ptr<JobReader>& reader,
-         StreamOffsets from);
+  Attach(std::string_view job_id, const JobCaller& caller,
+         const std::shared_ptr<JobReader>& reader, StreamOffsets from,
+         JobJournal::Role role);
 
   // Jobs returns every job in flight and every retained result, oldest
-  // first.
+  // first (by acceptance, then id).
   std::vector<std::shared_ptr<Job>> Jobs();
 
   // CancelJob cancels job `job_id` with `kill_grace` between SIGTERM and
   // SIGKILL (Job::CancelWithin) and returns it (Job::WhenEnded tells when
   // it has ended; a retained result has). NOT_FOUND when no job of that id
-  // runs or is retained.
+  // runs or is retained; PERMISSION_DENIED when `caller` does not own it.
   absl::StatusOr<std::shared_ptr<Job>> CancelJob(std::string_view job_id,
+                                                 const JobCaller& caller,
                                                  Duration kill_grace);
 
   // RequestStopIfIdle is RequestStop(request) if the docket has been empty
@@ -233,6 +240,9 @@ class Worker {
  private:
   friend class Job;  // a detached job asks registry_ to keep its deadline
   void Run(const std::shared_ptr<Job>& job, const JobHandler* handler);
+  // FindFor returns job `job_id` if `caller` owns it (Attach, CancelJob).
+  absl::StatusOr<std::shared_ptr<Job>> FindFor(std::string_view job_id,
+                                               const JobCaller& caller);
   // ReleaseJob takes `job` out of the docket and wakes the drain when that
   // emptied it.
   void ReleaseJob(Job* job);
