@@ -155,12 +155,15 @@ void Worker::EndJob(const std::shared_ptr<Job>& job,
     ++telling_;
   }
   ReleaseJob(job.get());
+  // The handler has returned: nothing reads the spec or the payload any
+  // more. Freed before the end is told, so that a caller holding the
+  // outcome finds the retained result already small.
+  job->ReleaseRequest();
   JobOutcome kept = outcome;
   kept.message = CutUtf8(outcome.message, kMaxOutcomeMessageBytes);
   job->End(kept, clock_.Now());
   registry_->Ended(job);
   job->OnOutcome(kept);
-  job->ReleaseRequest();
   {
     absl::MutexLock lock(&mu_);
     --telling_;

@@ -39,9 +39,10 @@ class Job : public Cancellable,
       std::size_t output_buffer_bytes = kDefaultOutputBufferBytes);
   ~Job() override;
 
-  // request is the job's request. Once the job has ended and its outcome
-  // is told, its spec and payload are released: a retained result keeps
-  // the rest (job_id, kind, client, program, detach grace).
+  // request is the job's request. Once the handler has returned, and before
+  // the outcome is told, its spec and payload are released, so read those
+  // two only from the handler; a retained result keeps the rest (job_id,
+  // kind, client, program, detach grace), which never change.
   const JobRequest& request() const override { return request_; }
   bool cancelled() const override;
   int cancel_fd() const override { return cancel_fd_.load(); }
@@ -110,7 +111,8 @@ class Job : public Cancellable,
   // callbacks; the worker calls it once.
   void End(const JobOutcome& outcome, TimePoint now);
   // ReleaseRequest frees what the request holds that a retained result
-  // does not need (spec, payload); the worker calls it after OnOutcome.
+  // does not need (spec, payload); the worker calls it once the handler
+  // has returned, before End tells the outcome.
   void ReleaseRequest();
 
   // Not const: ReleaseRequest empties spec and payload once nothing runs
