@@ -21,6 +21,7 @@ RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9 \
       libre2-9 libc-ares2 libssl3 zlib1g libcap2 libcurl4 \
+      libprometheus-cpp-core1.0 libcivetweb1 \
  && rm -rf /var/lib/apt/lists/*
 # Two fixed users: the worker (10001), which reads the TLS material, and
 # the jobs' (20000, and one more uid per job running at once), which may

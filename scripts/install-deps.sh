@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev libspdlog-dev libcli11-dev nlohmann-json3-dev
-  libcap-dev libcurl4-openssl-dev
+  libcap-dev libcurl4-openssl-dev prometheus-cpp-dev libcivetweb-dev
 )
 if [ "${CFDB_DEPS:-all}" != build ]; then
   packages+=(
@@ -16,6 +16,8 @@ if [ "${CFDB_DEPS:-all}" != build ]; then
     clang libclang-rt-14-dev clang-format clang-tidy-22 faketime python3-h2
     python3-grpcio python3-grpc-tools python3-setuptools openssl
     python3-jsonschema
+    # promtool checks the /metrics output and the shipped alert rules.
+    prometheus
     # The Python client's wheel, built and installed in a venv, and its
     # typing check (clients/python/tests/test_packaging.py, python_mypy).
     python3-venv python3-pip python3-wheel mypy

@@ -26,6 +26,7 @@
 #include "cfdb/worker/rpcs.h"
 #include "cli/commands.h"
 #include "serve/knobs.h"
+#include "serve/prometheus_metrics.h"
 
 namespace cfdb::worker {
 namespace {
@@ -53,6 +54,27 @@ std::string RpcTable() {
                     std::string(info.command), "` | `",
                     std::string(info.python), "` | ", std::string(info.summary),
                     " |\n");
+  }
+  return table;
+}
+
+// MetricTable is the Prometheus metrics, from serve/prometheus_metrics.h.
+std::string MetricTable() {
+  std::string table =
+      "| metric | type | labels | what |\n| --- | --- | --- | --- |\n";
+  for (const MetricRow& row : kMetricTable) {
+    const std::string_view type = row.type == MetricType::kCounter ? "counter"
+                                  : row.type == MetricType::kGauge
+                                      ? "gauge"
+                                      : "histogram";
+    std::string labels;
+    if (!row.labels.empty()) {
+      labels = absl::StrCat("`", std::string(row.labels),
+                            "`: ", std::string(row.values));
+    }
+    absl::StrAppend(&table, "| `", std::string(row.name), "` | ",
+                    std::string(type), " | ", labels, " | ",
+                    std::string(row.help), " |\n");
   }
   return table;
 }
@@ -178,6 +200,7 @@ std::vector<Generated> AllGenerated() {
       {"docs/CLI.md", "knobs client", KnobTable(KnobScope::kClient)},
       {"docs/CLI.md", "exit codes", ExitCodeTable()},
       {"docs/DESIGN.md", "rpcs", RpcTable()},
+      {"docs/METRICS.md", "metrics", MetricTable()},
       {"clients/python/cfdb_worker/_rpcs.py", "", PythonRpcs()},
   };
 }

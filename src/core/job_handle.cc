@@ -101,6 +101,13 @@ std::optional<TimePoint> Job::ended() const {
   return ended_;
 }
 
+void Job::Running() {
+  // On the worker's clock, as started_ is.
+  const TimePoint now = worker_ != nullptr ? worker_->clock_.Now()
+                                           : std::chrono::steady_clock::now();
+  running_ = now.time_since_epoch().count();
+}
+
 void Job::ReleaseRequest() {
   request_.spec.reset();
   std::string().swap(request_.payload);

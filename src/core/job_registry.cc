@@ -143,6 +143,11 @@ std::shared_ptr<Job> JobRegistry::Find(std::string_view job_id) {
   return it == jobs_.end() ? nullptr : it->second;
 }
 
+std::size_t JobRegistry::Size() {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
 std::vector<std::shared_ptr<Job>> JobRegistry::All() {
   std::vector<std::shared_ptr<Job>> all;
   {

@@ -63,6 +63,9 @@ class JobRegistry {
   // FAILED_PRECONDITION naming them.
   absl::Status IfNoUnreadResults(const std::function<absl::Status()>& decide);
 
+  // Size is how many jobs are known now (in flight or retained).
+  std::size_t Size();
+
   // UnreadEvicted is how many unread results were evicted so far.
   uint64_t UnreadEvicted() const { return unread_evicted_.load(); }
 

@@ -111,7 +111,6 @@ absl::Status Worker::Dispatch(const std::shared_ptr<Job>& job) {
 
   if (!threads_->Post([this, job, handler] { Run(job, handler); })) {
     // Accepted already: report the failure rather than dropping the job.
-    ++jobs_failed_;
     EndJob(job, JobOutcome::Failed(JobOutcome::Failure::kStartFailed,
                                    "no thread to run the job on"));
   }
@@ -122,6 +121,7 @@ void Worker::Run(const std::shared_ptr<Job>& job, const JobHandler* handler) {
   const JobRequest& request = job->request();
   spdlog::debug("job {}: started ({})", request.job_id, request.kind);
   JobOutcome outcome;
+  job->Running();  // from now, unless the handler says later
   try {
     outcome = (*handler)(*job);
   } catch (const std::exception& e) {
@@ -136,11 +136,6 @@ void Worker::Run(const std::shared_ptr<Job>& job, const JobHandler* handler) {
                         : outcome.kind == JobOutcome::Kind::kSignaled
                             ? std::string("SIGNALED")
                             : std::string("EXITED")}});
-  const bool cancelled = outcome.kind == JobOutcome::Kind::kFailed &&
-                         outcome.failure == JobOutcome::Failure::kCancelled;
-  const bool succeeded =
-      outcome.kind == JobOutcome::Kind::kExited && outcome.code == 0;
-  ++(cancelled ? jobs_cancelled_ : succeeded ? jobs_succeeded_ : jobs_failed_);
   EndJob(job, outcome);
 }
 
@@ -153,6 +148,17 @@ void Worker::EndJob(const std::shared_ptr<Job>& job,
   {
     absl::MutexLock lock(&mu_);
     ++telling_;
+  }
+  const JobEnd end = JobEndOf(outcome);
+  ++ended_[static_cast<std::size_t>(end)];
+  if (on_job_end_) {
+    const TimePoint now = clock_.Now();
+    const Duration::rep running = job->running_.load();
+    on_job_end_({.end = end,
+                 .start = running != 0
+                              ? TimePoint(Duration(running)) - job->started_
+                              : now - job->started_,
+                 .total = now - job->started_});
   }
   ReleaseJob(job.get());
   // The handler has returned: nothing reads the spec or the payload any
@@ -171,12 +177,49 @@ void Worker::EndJob(const std::shared_ptr<Job>& job,
   changed_.SignalAll();
 }
 
+JobEnd JobEndOf(const JobOutcome& outcome) {
+  using enum JobOutcome::Failure;
+  switch (outcome.kind) {
+    case JobOutcome::Kind::kExited:
+      return outcome.code == 0 ? JobEnd::kSucceeded : JobEnd::kExitedNonZero;
+    case JobOutcome::Kind::kSignaled:
+      return JobEnd::kSignaled;
+    case JobOutcome::Kind::kFailed:
+      break;
+  }
+  switch (outcome.failure) {
+    case kCancelled:
+      return JobEnd::kCancelled;
+    case kTimeLimitExceeded:
+      return JobEnd::kTimedOut;
+    case kHandlerError:
+      return JobEnd::kHandlerError;
+    case kNone:
+    case kStartFailed:
+      break;
+  }
+  return JobEnd::kStartFailed;
+}
+
+std::string_view JobEndName(JobEnd end) {
+  static constexpr std::string_view kNames[kJobEndCount] = {
+      "succeeded", "exited_nonzero", "signaled", "start_failed",
+      "timed_out", "handler_error",  "cancelled"};
+  return kNames[static_cast<std::size_t>(end)];
+}
+
 JobCounts Worker::counts() const {
-  return {.started = jobs_started_.load(),
-          .succeeded = jobs_succeeded_.load(),
-          .failed = jobs_failed_.load(),
-          .cancelled = jobs_cancelled_.load(),
-          .unread_evicted = registry_->UnreadEvicted()};
+  JobCounts counts{.started = jobs_started_.load(),
+                   .known = registry_->Size(),
+                   .unread_evicted = registry_->UnreadEvicted()};
+  for (std::size_t i = 0; i < kJobEndCount; ++i) {
+    counts.ended[i] = ended_[i].load();
+    const auto end = static_cast<JobEnd>(i);
+    (end == JobEnd::kSucceeded   ? counts.succeeded
+     : end == JobEnd::kCancelled ? counts.cancelled
+                                 : counts.failed) += counts.ended[i];
+  }
+  return counts;
 }
 
 void Worker::ReleaseJob(Job* job) {

@@ -429,6 +429,7 @@ JobOutcome RunExec(JobContext& ctx, const ExecOptions& options) {
   absl::StatusOr<pid_t> pid =
       Spawn(spec, who, in->read.get(), out->write.get(), err->write.get());
   if (!pid.ok()) return start_failed(std::string(pid.status().message()));
+  ctx.Running();
   in->read.Reset();
   out->write.Reset();
   err->write.Reset();

@@ -67,6 +67,7 @@ absl::Status Admission::Admit(const grpc::CallbackServerContext& context,
           ? "a certificate without a DNS or URI SAN"
           : absl::StrCat("[", EscapedForLog(absl::StrJoin(identities, ", ")),
                          "]");
+  ++refused_[static_cast<std::size_t>(group)];
   absl::Status denied = absl::PermissionDeniedError(absl::StrCat(
       std::string(method), ": permission denied for identity ", seen));
   // Each identity refused is a kind of its own: a client retrying cannot

@@ -2,6 +2,9 @@
 // certificate, checked at the top of every handler before any work.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,12 @@ class Admission {
   absl::Status Admit(const grpc::CallbackServerContext& context,
                      MethodGroup group, std::string_view method);
 
+  // refused returns the calls Admit refused so far, of `group`'s methods.
+  // Thread-safe.
+  uint64_t refused(MethodGroup group) const {
+    return refused_[static_cast<std::size_t>(group)].load();
+  }
+
   // Identities returns the SANs (DNS names, URIs) of the call's peer
   // certificate; empty without TLS.
   static std::vector<std::string> Identities(
@@ -54,6 +63,7 @@ class Admission {
 
   const AdmissionLists lists_;
   LogThrottle& log_;
+  std::array<std::atomic<uint64_t>, kMethodGroupCount> refused_{};
 };
 
 }  // namespace cfdb::worker

@@ -29,6 +29,7 @@
 #include "rpc/dispatch_call.h"
 #include "rpc/health.h"
 #include "rpc/job_calls.h"
+#include "rpc/rpc_counter.h"
 #include "rpc/stop_calls.h"
 #include "rpc/unix_socket.h"
 #include "rpc/unknown_methods.h"
@@ -290,6 +291,7 @@ class WorkerServer::Impl {
   HealthService health_service;
   WoolService wool_service;
   UnknownMethods unknown_methods;
+  RpcCounter counter;
   std::unique_ptr<grpc::Server> server;
   std::optional<UnixSocketFile> unix_socket;
   absl::Mutex mu;
@@ -360,6 +362,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   builder.RegisterService(&impl->health_service);
   if (options.wool_compat) builder.RegisterService(&impl->wool_service);
   builder.RegisterCallbackGenericService(&impl->unknown_methods);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(impl->counter.Factory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   SetChannelArguments(builder, options, worker.options().max_concurrent_tasks);
   grpc::ResourceQuota quota("cfdb-worker");
   quota.Resize(options.limits.memory_quota_bytes);
@@ -413,5 +420,15 @@ void WorkerServer::Shutdown(Duration wait) {
 }
 
 void WorkerServer::NotServing() { impl_->health->NotServing(); }
+
+RpcCounts WorkerServer::counts() const {
+  RpcCounts counts;
+  impl_->counter.Into(counts);
+  for (std::size_t g = 0; g < kMethodGroupCount; ++g) {
+    counts.admission_refusals[g] =
+        impl_->admission.refused(static_cast<MethodGroup>(g));
+  }
+  return counts;
+}
 
 }  // namespace cfdb::worker

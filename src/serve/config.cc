@@ -163,6 +163,10 @@ absl::Status CheckTransport(const Settings* given, const PreparedServe& p) {
             "needs mutual TLS (--tls-ca, --tls-cert, --tls-key): without "
             "client certificates there is no identity to admit");
   }
+  if (c.http_port > 0 && c.http_port == c.port) {
+    return Named(given, "--http-port", std::to_string(c.http_port))
+        .Bad("is --port's too: the HTTP port needs a port of its own");
+  }
   if (p.credentials.kind == Credentials::Kind::kInsecure &&
       !IsLoopbackHost(c.host) && !c.allow_insecure) {
     return Named(given, "--host", c.host)

@@ -176,6 +176,26 @@ std::span<const Knob> AllKnobs() {
        .range = Between(0, 65535),
        .serve = [](const Setting& s,
                    ServeConfig& c) { return s.Read(c.port); }},
+      {.flag = "--http-port",
+       .variable = "CFDB_WORKER_HTTP_PORT",
+       .type = kInteger,
+       .fallback = int64_t{Defaults().http_port},
+       .metavar = "PORT",
+       .help = "plain-HTTP port for /metrics, /healthz and /readyz (-1: "
+               "none; 0: pick a free port and log it)",
+       .range = Between(-1, 65535),
+       .serve = [](const Setting& s,
+                   ServeConfig& c) { return s.Read(c.http_port); }},
+      {.flag = "--http-host",
+       .variable = "CFDB_WORKER_HTTP_HOST",
+       .fallback = std::string_view(Defaults().http_host),
+       .metavar = "HOST",
+       .help = "address the HTTP port listens on (empty: --host's)",
+       .serve =
+           [](const Setting& s, ServeConfig& c) {
+             c.http_host = s.text;
+             return absl::OkStatus();
+           }},
       {.flag = "--uds",
        .variable = "CFDB_WORKER_UDS",
        .metavar = "PATH",

@@ -76,6 +76,7 @@ RetirementPolicy::Poll RetirementPolicy::PollOnce(TimePoint now,
                  consecutive_failures_);
   }
   consecutive_failures_ = 0;
+  ++poll_answers_;
   last_idle_seconds_ = *idle;
   const double timeout = ToSeconds(options_.idle_timeout);
   spdlog::debug("idle poll: idle {:.3f} s of {:.3f} s", *idle, timeout);
@@ -143,6 +144,7 @@ bool RetirementPolicy::CheckListener() {
     }
     listener_failures_ = 0;
     listener_unknown_ = false;
+    ++listener_answered_;
     next_listener_check_ = now + options_.listener_check_interval;
     return false;
   }
@@ -159,16 +161,20 @@ bool RetirementPolicy::CheckListener() {
           what, ToSeconds(kListenerRecheck));
     }
     listener_unknown_ = true;
+    ++listener_unknown_checks_;
     return false;
   }
   listener_unknown_ = false;
   ++listener_failures_;
+  ++listener_unanswered_;
   LogEvent(spdlog::level::warn,
            absl::StrCat("listener check: a new connection was not answered (",
                         listener_failures_, " of ", kListenerLostAfter,
                         " in a row): ", what),
            {{"grpc_code", absl::StatusCodeToString(status.code())}});
-  return listener_failures_ >= kListenerLostAfter;
+  if (listener_failures_ < kListenerLostAfter) return false;
+  listener_lost_ = true;
+  return true;
 }
 
 std::optional<Retirement> RetirementPolicy::Decide(TimePoint now,
@@ -260,6 +266,7 @@ void RetirementPolicy::DrawLifetime() {
 Retirement RetirementPolicy::Run(std::optional<TimePoint> started) {
   start_ = started.value_or(clock_.Now());
   DrawLifetime();
+  lifetime_end_ticks_ = lifetime_end().time_since_epoch().count();
   if (options_.idle_timeout > Duration::zero() && hooks_.connect) {
     absl::StatusOr<std::unique_ptr<IdleSource>> source = hooks_.connect();
     if (source.ok()) {
@@ -371,6 +378,20 @@ void RetirementPolicy::LogRetirement(
   LogEvent(retirement.reason == ExitReason::kListenerLost ? spdlog::level::err
                                                           : spdlog::level::info,
            absl::StrCat("exiting: ", why, "; draining ", drain), fields);
+}
+
+RetirementPolicy::Reading RetirementPolicy::reading() const {
+  Reading r{.polls_answered = poll_answers_.load(),
+            .polls_failed = poll_failures_.load(),
+            .listener_answered = listener_answered_.load(),
+            .listener_unanswered = listener_unanswered_.load(),
+            .listener_unknown = listener_unknown_checks_.load(),
+            .listener_lost = listener_lost_.load()};
+  const Duration::rep end = lifetime_end_ticks_.load();
+  if (end != 0 && end != Duration::max().count()) {
+    r.lifetime_end = TimePoint(Duration(end));
+  }
+  return r;
 }
 
 TimePoint RetirementPolicy::lifetime_end() const {

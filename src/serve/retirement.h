@@ -152,6 +152,22 @@ class RetirementPolicy {
   // Thread-safe.
   uint64_t poll_failures() const { return poll_failures_.load(); }
 
+  // Reading is what the policy has seen since Run started, for the
+  // metrics (docs/METRICS.md).
+  struct Reading {
+    uint64_t polls_answered = 0;
+    uint64_t polls_failed = 0;
+    uint64_t listener_answered = 0;
+    uint64_t listener_unanswered = 0;
+    // Unanswered while this process could open no descriptor: says nothing.
+    uint64_t listener_unknown = 0;
+    bool listener_lost = false;
+    // When the effective lifetime ends; none while disabled or before Run.
+    std::optional<TimePoint> lifetime_end;
+  };
+  // reading returns it now. Thread-safe.
+  Reading reading() const;
+
   // lifetime_end returns when the effective lifetime (max lifetime less
   // the jitter drawn) ends (TimePoint::max() when it is disabled); valid
   // once Run has started.
@@ -188,6 +204,14 @@ class RetirementPolicy {
   bool polling_ = false;
   int consecutive_failures_ = 0;
   std::atomic<uint64_t> poll_failures_{0};
+  std::atomic<uint64_t> poll_answers_{0};
+  std::atomic<uint64_t> listener_answered_{0};
+  std::atomic<uint64_t> listener_unanswered_{0};
+  std::atomic<uint64_t> listener_unknown_checks_{0};
+  std::atomic<bool> listener_lost_{false};
+  // lifetime_end() for other threads, in Duration ticks since the clock's
+  // epoch; 0 until drawn, max when disabled.
+  std::atomic<Duration::rep> lifetime_end_ticks_{0};
   bool idle_stop_requested_ = false;  // RetireIdle made the request
   // "kept serving" comes once per poll while unread results hold the
   // worker up: one line per period, with a count.

@@ -261,6 +261,11 @@ int ScaleInProtection::calls() const {
   return calls_;
 }
 
+int ScaleInProtection::failed_calls() const {
+  absl::MutexLock lock(&mu_);
+  return failed_calls_;
+}
+
 void ScaleInProtection::Run() {
   for (;;) {
     bool enable = false;
@@ -295,6 +300,7 @@ void ScaleInProtection::Record(bool enable, bool renewal,
                                const absl::Status& status) {
   const TimePoint now = std::chrono::steady_clock::now();
   if (!status.ok()) {
+    ++failed_calls_;
     const Duration delay = policy_.Failed(now, enable);
     if (policy_.failures() == 1) {
       spdlog::warn(

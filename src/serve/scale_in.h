@@ -154,8 +154,10 @@ class ScaleInProtection {
 
   // applied returns the state the agent last accepted (for tests).
   bool applied() const;
-  // calls returns how many calls were made (for tests).
+  // calls returns how many calls were made, failed_calls how many of them
+  // the agent did not take (for the metrics and tests).
   int calls() const;
+  int failed_calls() const;
 
  private:
   void Run();
@@ -169,6 +171,7 @@ class ScaleInProtection {
   ProtectionPolicy policy_ ABSL_GUARDED_BY(mu_);
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int failed_calls_ ABSL_GUARDED_BY(mu_) = 0;
   CondVar wake_;
   std::atomic<bool> stop_{false};
   std::thread thread_;

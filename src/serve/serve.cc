@@ -25,11 +25,13 @@
 #include "exec/job_guard.h"
 #include "serve/address.h"
 #include "serve/config.h"
+#include "serve/http_endpoint.h"
 #include "serve/identity.h"
 #include "serve/lock_order.h"
 #include "serve/logging.h"
 #include "serve/memory_trim.h"
 #include "serve/metrics.h"
+#include "serve/prometheus_metrics.h"
 #include "serve/retirement.h"
 #include "serve/scale_in.h"
 #include "serve/self_poll.h"
@@ -171,6 +173,84 @@ std::unique_ptr<MetricsReporter> StartMetrics(const ServeConfig& config,
                                .poll_failures = policy.poll_failures()};
       },
       &WriteJsonLogLine);
+}
+
+// WallSeconds is steady-clock `at` as Unix seconds, by the clocks' offset
+// now.
+double WallSeconds(TimePoint at) {
+  const auto wall = std::chrono::system_clock::now();
+  return ToSeconds(wall.time_since_epoch()) +
+         ToSeconds(at - std::chrono::steady_clock::now());
+}
+
+// ReadMetrics is the worker as a scrape reads it now.
+// The parts of a serving worker the metrics read.
+struct Observed {
+  const ServeConfig& config;
+  const Worker& worker;
+  const WorkerServer& server;
+  const RetirementPolicy& policy;
+  const ScaleInProtection* protection;  // null: off
+  const std::atomic<bool>& draining;
+  const JobHistograms& histograms;
+};
+
+MetricsReading ReadMetrics(const Observed& o) {
+  const ServeConfig& config = o.config;
+  const Worker& worker = o.worker;
+  const RetirementPolicy& policy = o.policy;
+  const std::atomic<bool>& draining = o.draining;
+  const RetirementPolicy::Reading seen = policy.reading();
+  MetricsReading r{.in_flight = worker.docket().in_flight(),
+                   .max_concurrent = config.worker.max_concurrent_tasks,
+                   .idle_seconds = ToSeconds(worker.Idle()),
+                   .jobs = worker.counts(),
+                   .draining = draining.load(),
+                   .policy = seen,
+                   .rpcs = o.server.counts(),
+                   .version = CFDB_WORKER_VERSION,
+                   .histograms = &o.histograms};
+  if (o.protection != nullptr) {
+    r.scale_in_protected = o.protection->applied();
+    const int failed = o.protection->failed_calls();
+    r.agent_calls_failed = static_cast<uint64_t>(failed);
+    r.agent_calls_ok = static_cast<uint64_t>(o.protection->calls() - failed);
+  }
+  r.retained = r.jobs.known;
+  const Duration timeout = config.retirement.idle_timeout;
+  if (timeout > Duration::zero() && r.in_flight == 0 && !r.draining) {
+    r.idle_retirement = WallSeconds(std::chrono::steady_clock::now()) +
+                        std::max(0.0, ToSeconds(timeout) - r.idle_seconds);
+  }
+  if (seen.lifetime_end && !r.draining) {
+    r.lifetime_retirement = WallSeconds(*seen.lifetime_end);
+  }
+  return r;
+}
+
+// StartHttp starts the plain-HTTP port if one is configured (null if not).
+absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartHttp(const Observed& o,
+                                                        LogThrottle& log) {
+  const ServeConfig& config = o.config;
+  if (config.http_port < 0) return nullptr;
+  const std::string host =
+      config.http_host.empty() ? config.host : config.http_host;
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint = HttpEndpoint::Start(
+      host, config.http_port,
+      HttpHandlers{
+          .metrics =
+              [o] { return RenderMetrics(ReadMetrics(o), ReadProcess()); },
+          .healthy = [&policy =
+                          o.policy] { return !policy.reading().listener_lost; },
+          .ready = [&draining = o.draining] { return !draining.load(); }},
+      log);
+  if (!endpoint.ok()) return endpoint.status();
+  LogEvent(
+      spdlog::level::info,
+      absl::StrCat("http: /metrics, /healthz and /readyz on ",
+                   JoinHostPort(host, (*endpoint)->port()), " (plaintext)"),
+      {{"http_address", JoinHostPort(host, (*endpoint)->port())}});
+  return endpoint;
 }
 
 // CanOpenDescriptor says whether this process can open a descriptor now: a
@@ -416,7 +496,12 @@ absl::Status ServeWorker(
       StartScaleInProtection(config.scale_in);
   // `shutdown` is declared after the worker so its signal thread, which
   // calls the worker, is joined before the worker goes away.
+  // Declared before the worker, which feeds it until it is gone.
+  JobHistograms histograms;
   Worker worker(config.worker);
+  worker.OnJobEnd([&histograms](const Worker::JobTiming& timing) {
+    histograms.Observe(timing);
+  });
   if (protection != nullptr) {
     worker.OnBusyEdge([&worker, p = protection.get()] {
       p->Changed([&worker] { return worker.docket().in_flight() > 0; });
@@ -460,6 +545,24 @@ absl::Status ServeWorker(
   const AcceptFailureWatch accept_failures(policy, shutdown);
   std::unique_ptr<MetricsReporter> metrics =
       StartMetrics(config, worker, policy);
+  // Ready from here (listening) until the drain begins.
+  std::atomic<bool> draining{false};
+  worker.OnStopping([&draining] { draining = true; });
+  LogThrottle http_log(SteadyClock::Get());
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> http =
+      StartHttp({.config = config,
+                 .worker = worker,
+                 .server = **server,
+                 .policy = policy,
+                 .protection = protection.get(),
+                 .draining = draining,
+                 .histograms = histograms},
+                http_log);
+  if (!http.ok()) {
+    (*server)->Shutdown(kServerShutdownDeadline);
+    return Failure(absl::StatusCode::kInvalidArgument,
+                   std::string(http.status().message()));
+  }
   const Retirement retirement = policy.Run(process_start);
   LogDrain(AwaitDrain(worker, policy, retirement,
                       config.retirement.max_lifetime_grace));

@@ -4,7 +4,9 @@
 
 #include <future>
 #include <memory>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "cfdb/worker/worker.h"
@@ -248,6 +250,63 @@ TEST_F(WorkerDrainTest, StopCallsShareTheDrainAndItsSummary) {
   second.join();
   EXPECT_EQ(a.cancelled, 1u);
   EXPECT_EQ(b.cancelled, 1u);
+}
+
+TEST(JobEndTest, EveryOutcomeHasItsEndAndEveryEndItsName) {
+  using enum JobOutcome::Failure;
+  EXPECT_EQ(JobEndOf(JobOutcome::Exited(0)), JobEnd::kSucceeded);
+  EXPECT_EQ(JobEndOf(JobOutcome::Exited(3)), JobEnd::kExitedNonZero);
+  EXPECT_EQ(JobEndOf(JobOutcome::Signaled(9)), JobEnd::kSignaled);
+  EXPECT_EQ(JobEndOf(JobOutcome::Failed(kStartFailed, "")),
+            JobEnd::kStartFailed);
+  EXPECT_EQ(JobEndOf(JobOutcome::Failed(kTimeLimitExceeded, "")),
+            JobEnd::kTimedOut);
+  EXPECT_EQ(JobEndOf(JobOutcome::Failed(kHandlerError, "")),
+            JobEnd::kHandlerError);
+  EXPECT_EQ(JobEndOf(JobOutcome::Failed(kCancelled, "")), JobEnd::kCancelled);
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < kJobEndCount; ++i) {
+    names.insert(JobEndName(static_cast<JobEnd>(i)));
+  }
+  EXPECT_EQ(names.size(), kJobEndCount) << "one name each";
+}
+
+// The end listener hears each job once, with its times on the worker's
+// clock: from acceptance to Running(), and to the end.
+TEST(JobEndTest, TheListenerHearsEachEndWithItsTimes) {
+  FakeClock clock;
+  Worker worker(WorkerOptions{.max_concurrent_tasks = 2}, clock);
+  std::vector<Worker::JobTiming> heard;
+  absl::Mutex mu;
+  worker.OnJobEnd([&](const Worker::JobTiming& timing) {
+    absl::MutexLock lock(&mu);
+    heard.push_back(timing);
+  });
+  ASSERT_TRUE(worker
+                  .RegisterKind("timed", {.run =
+                                              [&clock](JobContext& ctx) {
+                                                clock.Advance(milliseconds(20));
+                                                ctx.Running();
+                                                clock.Advance(seconds(3));
+                                                return JobOutcome::Exited(1);
+                                              }})
+                  .ok());
+  JobRequest request;
+  request.job_id = "timed-1";
+  request.kind = "timed";
+  auto job = std::make_shared<CollectingJob>(request);
+  ASSERT_TRUE(worker.Dispatch(job).ok());
+  ASSERT_TRUE(
+      test_support::WaitFor([&] { return job->outcome().has_value(); }));
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].end, JobEnd::kExitedNonZero);
+  EXPECT_EQ(heard[0].start, milliseconds(20));
+  EXPECT_EQ(heard[0].total, milliseconds(3020));
+  EXPECT_EQ(
+      worker.counts().ended[static_cast<std::size_t>(JobEnd::kExitedNonZero)],
+      1u);
+  EXPECT_EQ(worker.counts().failed, 1u);
 }
 
 }  // namespace

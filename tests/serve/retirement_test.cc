@@ -114,7 +114,9 @@ class RetirementTest : public ::testing::Test {
   Retirement Run() {
     start_ = clock_.Now();
     RetirementPolicy reaper(options_, clock_, shutdown_.watcher(), Hooks());
-    return reaper.Run();
+    const Retirement exit = reaper.Run();
+    reading_ = reaper.reading();
+    return exit;
   }
 
   int CountLines(std::string_view level) const {
@@ -132,6 +134,8 @@ class RetirementTest : public ::testing::Test {
   FakeIdleSource source_{clock_};
   test_support::LogCapture log_{spdlog::level::debug};
   TimePoint start_;
+  // What the policy's reading said once Run returned.
+  RetirementPolicy::Reading reading_;
   int connects_ = 0;
   std::vector<Duration> stops_;
   std::vector<StopRequest> requests_;  // the stop state's requests
@@ -405,6 +409,9 @@ TEST_F(RetirementTest, AfterTheFailureLimitARecoveredPollStillRetires) {
   const Retirement exit = Run();
   EXPECT_EQ(exit.reason, ExitReason::kIdle);
   EXPECT_THAT(log_.str(), HasSubstr("answered again after 3 failures"));
+  EXPECT_EQ(reading_.polls_failed, 3u);
+  EXPECT_GE(reading_.polls_answered, 1u);
+  EXPECT_FALSE(reading_.listener_lost);
 }
 
 // New connections that are not answered: the listener is gone, and the
@@ -423,6 +430,11 @@ TEST_F(RetirementTest, UnansweredDialsMeanTheListenerIsLost) {
   EXPECT_THAT(log_.str(), HasSubstr("exiting: listener lost"));
   EXPECT_EQ(CountLines("error"), 1);
   EXPECT_EQ(CountLines("warning"), kListenerLostAfter);
+  // What /healthz and the metrics read.
+  EXPECT_TRUE(reading_.listener_lost);
+  EXPECT_EQ(reading_.listener_unanswered,
+            static_cast<uint64_t>(kListenerLostAfter));
+  EXPECT_EQ(reading_.listener_answered, 0u);
 }
 
 // The listener check runs on its own cadence in every configuration: with

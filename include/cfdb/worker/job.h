@@ -139,6 +139,12 @@ class JobContext {
   // it once cancelled() is true.
   virtual Duration kill_grace() const = 0;
 
+  // Running says that the job's work has begun: the exec kind calls it once
+  // its program is started. A handler that does not call it is running
+  // from when it is called. Ends the start latency the metrics report
+  // (cfdb_worker_job_start_seconds); nothing else reads it. Thread-safe.
+  virtual void Running() {}
+
   // EmitResult says what became of a chunk passed to Emit.
   enum class EmitResult {
     kSent,      // queued for the client

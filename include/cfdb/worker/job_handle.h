@@ -44,6 +44,7 @@ class Job : public Cancellable,
   // two only from the handler; a retained result keeps the rest (job_id,
   // kind, client, program, detach grace), which never change.
   const JobRequest& request() const override { return request_; }
+  void Running() override;
   bool cancelled() const override;
   int cancel_fd() const override { return cancel_fd_.load(); }
   Duration kill_grace() const override;
@@ -127,6 +128,9 @@ class Job : public Cancellable,
   // Set by Worker::Dispatch before the job is shared.
   class Worker* worker_ = nullptr;
   TimePoint started_{};
+  // When the work began (Running, else the handler's call), in Duration
+  // ticks of the steady clock; 0 before.
+  std::atomic<Duration::rep> running_{0};
   std::chrono::system_clock::time_point started_wall_{};
   mutable absl::Mutex mu_;
   std::optional<JobOutcome> outcome_ ABSL_GUARDED_BY(mu_);

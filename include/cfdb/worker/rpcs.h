@@ -34,6 +34,7 @@ enum class Rpc {
 // control changes what runs; observe only reads. An identity on the
 // control list may call both groups, one on the observe list observe only.
 enum class MethodGroup { kControl, kObserve };
+inline constexpr std::size_t kMethodGroupCount = 2;
 
 // RpcInfo is one RPC as every part of the project names and treats it.
 struct RpcInfo {

@@ -107,6 +107,10 @@ struct ServeConfig {
   std::string unix_socket;
   // Also serve wool.runtime.protobuf.wire.Worker's idle and stop.
   bool wool_compat = false;
+  // The plain-HTTP port of /metrics, /healthz and /readyz (docs/METRICS.md):
+  // -1 none, 0 a free port (logged); on http_host, empty: `host`.
+  int http_port = -1;
+  std::string http_host;
   ScaleInOptions scale_in;
   // One EMF metrics line this often, with JSON logs (zero: none), with
   // this Service dimension.

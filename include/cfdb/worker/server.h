@@ -6,7 +6,9 @@
 // from the moment its drain begins.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +18,7 @@
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/credentials.h"
 #include "cfdb/worker/limits.h"
+#include "cfdb/worker/rpcs.h"
 #include "cfdb/worker/worker.h"
 
 namespace cfdb::worker {
@@ -105,6 +108,19 @@ struct ServerOptions {
   bool wool_compat = false;
 };
 
+// RpcCounts is what a server answered since it started, for the metrics
+// (docs/METRICS.md: cfdb_worker_rpcs_total and
+// cfdb_worker_admission_refusals_total).
+struct RpcCounts {
+  // gRPC's status codes, 0 (OK) .. 16 (UNAUTHENTICATED).
+  static constexpr std::size_t kCodes = 17;
+  // Calls by RPC (kRpcs' order, rpcs.h; the last row: methods the worker
+  // does not serve) and the code the client was answered with.
+  std::array<std::array<uint64_t, kCodes>, std::size(kRpcs) + 1> calls{};
+  // Calls admission refused (PERMISSION_DENIED), by MethodGroup.
+  std::array<uint64_t, kMethodGroupCount> admission_refusals{};
+};
+
 // WorkerServer serves one Worker. Thread-safe. Does not own the worker, which
 // must outlive the server.
 class WorkerServer {
@@ -129,6 +145,9 @@ class WorkerServer {
   // are cancelled and client connections closed, and the Unix socket file
   // removed. Returns when done. Idempotent.
   void Shutdown(Duration wait);
+
+  // counts returns the calls answered so far. Thread-safe.
+  RpcCounts counts() const;
 
   // NotServing turns the health service NOT_SERVING without stopping (the
   // serve loop's "listener lost"). Idempotent.

@@ -9,6 +9,7 @@
 //   StopSummary summary = worker.Stop(std::chrono::seconds(30));
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -81,6 +83,24 @@ struct WorkerOptions {
 inline constexpr std::size_t kMaxRetainedResults = 10000;
 
 // JobCounts are a worker's jobs since it started, by how they ended.
+// JobEnd is how a job ended, as the counts (and the Prometheus label
+// `outcome`, docs/METRICS.md) tell them apart: one written list.
+enum class JobEnd {
+  kSucceeded,      // exited with code 0
+  kExitedNonZero,  // exited with another code
+  kSignaled,       // killed by a signal
+  kStartFailed,    // could not start
+  kTimedOut,       // ran past its time limit
+  kHandlerError,   // an embedded handler reported an error
+  kCancelled,      // cancelled by a stop or by its client
+};
+inline constexpr std::size_t kJobEndCount = 7;
+// JobEndOf classifies `outcome`; JobEndName is its label ("succeeded",
+// "exited_nonzero", "signaled", "start_failed", "timed_out",
+// "handler_error", "cancelled").
+JobEnd JobEndOf(const JobOutcome& outcome);
+std::string_view JobEndName(JobEnd end);
+
 struct JobCounts {
   uint64_t started = 0;    // accepted into the docket
   uint64_t succeeded = 0;  // exited with code 0
@@ -88,6 +108,11 @@ struct JobCounts {
   // limit, or its handler reported an error.
   uint64_t failed = 0;
   uint64_t cancelled = 0;  // cancelled by a stop or by its client
+  // Jobs known by id now: in flight, or ended with the result retained.
+  std::size_t known = 0;
+  // Every ended job, by how it ended (JobEnd as the index); succeeded,
+  // failed and cancelled are sums of these.
+  std::array<uint64_t, kJobEndCount> ended{};
   // Results of detached jobs evicted before any client read them (past
   // kMaxRetainedResults; logged).
   uint64_t unread_evicted = 0;
@@ -222,6 +247,20 @@ class Worker {
   // block; it may outlive whatever registered it only through what it holds.
   void OnDrained(std::function<void(const StopSummary&)> callback);
 
+  // JobTiming is one ended job as the metrics see it: how it ended, from
+  // acceptance to its work beginning (JobContext::Running) and to its end.
+  struct JobTiming {
+    JobEnd end = JobEnd::kSucceeded;
+    Duration start = Duration::zero();
+    Duration total = Duration::zero();
+  };
+  // OnJobEnd sets `listener` to run on the job's thread as each job ends,
+  // before its end is told. Call before the worker is served; must not
+  // block.
+  void OnJobEnd(std::function<void(const JobTiming&)> listener) {
+    on_job_end_ = std::move(listener);
+  }
+
   // OnBusyEdge sets `listener` to run when the docket goes from empty to
   // busy and from busy to empty (Docket::OnEdge: read docket().in_flight()
   // for the state now). Call before the worker is served; must not block.
@@ -282,9 +321,9 @@ class Worker {
   std::thread drain_thread_;
   std::unique_ptr<JobThreads> threads_;
   std::atomic<uint64_t> jobs_started_{0};
-  std::atomic<uint64_t> jobs_succeeded_{0};
-  std::atomic<uint64_t> jobs_failed_{0};
-  std::atomic<uint64_t> jobs_cancelled_{0};
+  std::function<void(const JobTiming&)> on_job_end_;
+  // Ended jobs by JobEnd, counted in EndJob.
+  std::array<std::atomic<uint64_t>, kJobEndCount> ended_{};
 };
 
 }  // namespace cfdb::worker
