@@ -127,6 +127,18 @@ absl::StatusOr<Duration> Client::Timeout(Duration fallback) const {
   return ToDuration(Seconds(*seconds));
 }
 
+void AddFormatFlag(CLI::App& command, std::string& format,
+                   const std::string& help) {
+  command.add_option("--format", format, help + "; default text")
+      ->type_name("FORMAT");
+}
+
+absl::Status CheckFormat(const std::string& format) {
+  if (format == "text" || format == "json") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format: '", format, "' is not text or json"));
+}
+
 DispatchFlags::DispatchFlags(CLI::App* dispatch) {
   dispatch->add_option("--job-id", job.job_id, "job id (default: generated)")
       ->type_name("ID");
@@ -156,11 +168,9 @@ DispatchFlags::DispatchFlags(CLI::App* dispatch) {
       "--detach", job.detach,
       "return once the job is accepted, printing its id, and leave it "
       "running (its detach grace: none unless --detach-grace-seconds)");
-  dispatch
-      ->add_option("--format", format,
-                   "with --detach: text (the job id) or json (the id and the "
-                   "offsets to attach from); default text")
-      ->type_name("FORMAT");
+  AddFormatFlag(*dispatch, format,
+                "with --detach: text (the job id) or json (the id and the "
+                "offsets to attach from)");
   dispatch->add_flag("--attach-if-exists", job.attach_if_exists,
                      "if a job of this --job-id runs or is retained, attach "
                      "to it instead of being refused (exit 67)");
@@ -191,10 +201,7 @@ absl::Status DispatchFlags::Finish(std::vector<std::string> program) {
         "--detach-grace-seconds: 0 would cancel a --detach job as soon as "
         "dispatch returns");
   }
-  if (format != "text" && format != "json") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--format: '", format, "' is not text or json"));
-  }
+  if (absl::Status s = CheckFormat(format); !s.ok()) return s;
   if (format == "json" && !job.detach) {
     return absl::InvalidArgumentError(
         "--format: only with --detach (a job's output is printed as it "
@@ -341,10 +348,7 @@ ReapFlags::ReapFlags(CLI::App* command) {
                                 " (default 60)"))
       ->type_name("SECONDS");
   command->add_flag("--dry-run", reap.dry_run, "poll and report, stop nothing");
-  command
-      ->add_option("--format", format,
-                   "text or json (one object a line; default text)")
-      ->type_name("FORMAT");
+  AddFormatFlag(*command, format, "text or json (one object a line)");
   command
       ->add_option("--concurrency", concurrency,
                    "workers polled at once, 1..4096 (default 64)")
@@ -373,10 +377,7 @@ absl::Status ReapFlags::Finish(const std::vector<std::string>& more) {
       ParseIntegerFlag("--concurrency", concurrency, 1, 4096);
   if (!count.ok()) return count.status();
   reap.concurrency = static_cast<int>(*count);
-  if (format != "text" && format != "json") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--format: '", format, "' is not text or json"));
-  }
+  if (absl::Status s = CheckFormat(format); !s.ok()) return s;
   reap.json = format == "json";
   // '-' reads stdin where it stands, as --addresses-from - does.
   std::vector<std::string> given = addresses;

@@ -72,6 +72,13 @@ struct Client {
   std::optional<ClientOptions> Resolve(Duration default_timeout) const;
 };
 
+// AddFormatFlag adds `--format FORMAT` (text or json, `help` saying what
+// each prints) to `command`, into `format`; CheckFormat refuses a value
+// that is neither, with INVALID_ARGUMENT naming the flag.
+void AddFormatFlag(CLI::App& command, std::string& format,
+                   const std::string& help);
+absl::Status CheckFormat(const std::string& format);
+
 // DispatchFlags are dispatch's own flags, beside the client ones; the
 // program comes after --.
 struct DispatchFlags {

@@ -1,8 +1,9 @@
-// `cfdb-worker idle|health|stop`: the binary as a client of any worker, and
-// what every client command shares (client_calls.h).
+// `cfdb-worker idle|health|stop|status`: the binary as a client of any worker,
+// and what every client command shares (client_calls.h).
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -12,6 +13,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/drain.h"
 #include "cfdb/worker/errors.h"
@@ -19,6 +23,7 @@
 #include "cli/cli_flags.h"
 #include "cli/client_calls.h"
 #include "cli/commands.h"
+#include "nlohmann/json.hpp"
 #include "rpc/tls_probe.h"
 #include "spdlog/spdlog.h"
 
@@ -126,6 +131,78 @@ int RunStop(const ClientOptions& options, double grace_seconds,
 
 namespace {
 
+// StatusLine is a Status reply as one JSON object.
+nlohmann::ordered_json StatusLine(const std::string& address,
+                                  const WorkerState& s) {
+  nlohmann::ordered_json line;
+  line["address"] = address;
+  line["version"] = s.version;
+  line["uptime_seconds"] = s.uptime_seconds;
+  line["idle_seconds"] = s.idle_seconds;
+  line["jobs_in_flight"] = s.jobs_in_flight;
+  line["max_concurrent_jobs"] = s.max_concurrent_jobs;
+  line["job_ids"] = s.job_ids;
+  line["other_jobs_in_flight"] = s.other_jobs_in_flight;
+  line["jobs_retained"] = s.jobs_retained;
+  line["draining"] = s.draining;
+  line["retires_at_unix_seconds"] = s.retires_at_unix_seconds;
+  line["retirement_rule"] = s.retirement_rule;
+  line["scale_in_protected"] = s.scale_in_protected;
+  line["identity"] = s.identity;
+  return line;
+}
+
+// StatusText is a Status reply for a person, a field a line.
+std::string StatusText(const std::string& address, const WorkerState& s) {
+  std::string jobs = absl::StrCat(s.jobs_in_flight, " of ",
+                                  s.max_concurrent_jobs, " in flight");
+  if (!s.job_ids.empty()) {
+    absl::StrAppend(&jobs, ": ", absl::StrJoin(s.job_ids, ", "));
+  }
+  if (s.other_jobs_in_flight > 0) {
+    absl::StrAppend(&jobs, " (and ", s.other_jobs_in_flight,
+                    " of other identities)");
+  }
+  std::string retires = "not while nothing changes (busy, or draining)";
+  if (!s.retirement_rule.empty()) {
+    const double in = s.retires_at_unix_seconds -
+                      absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    retires = absl::StrCat(
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                         absl::FromUnixSeconds(
+                             static_cast<int64_t>(s.retires_at_unix_seconds)),
+                         absl::UTCTimeZone()),
+        " (in ", absl::StrFormat("%.0f", std::max(in, 0.0)), " s), by ",
+        s.retirement_rule == "idle" ? "the idle timeout" : "its max lifetime");
+  }
+  return absl::StrCat(
+      "address   ", address, "\nversion   ", s.version, "\nuptime    ",
+      absl::StrFormat("%.1f s", s.uptime_seconds), "\nidle      ",
+      absl::StrFormat("%.1f s", s.idle_seconds), "\njobs      ", jobs,
+      "\nretained  ", s.jobs_retained, "\ndraining  ",
+      s.draining ? "yes: refusing new jobs" : "no", "\nretires   ", retires,
+      "\nprotected ", s.scale_in_protected ? "yes" : "no", "\nidentity  ",
+      s.identity.empty() ? "(no TLS identity)" : s.identity, "\n");
+}
+
+int RunStatus(const ClientOptions& options, bool json) {
+  auto connection = Connect(options.address, options);
+  if (!connection.ok()) return Fail(Rpc::kStatus, options, connection.status());
+  absl::StatusOr<WorkerState> state =
+      WithRetries(options.attempts, Rpc::kStatus,
+                  [&] { return (*connection)->GetStatus(options.timeout); });
+  if (!state.ok()) return Fail(Rpc::kStatus, options, state.status());
+  if (json) {
+    std::cout << StatusLine(options.address, *state)
+                     .dump(-1, ' ', false,
+                           nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::cout << StatusText(options.address, *state);
+  }
+  return kExitOk;
+}
+
 constexpr char kFiveSeconds[] = "deadline in seconds, > 0 (default 5)";
 
 Runner AddIdle(CLI::App& command) {
@@ -201,6 +278,24 @@ Runner AddStop(CLI::App& command) {
   };
 }
 
+Runner AddStatus(CLI::App& command) {
+  struct Flags {
+    explicit Flags(CLI::App* command) : client(command, kFiveSeconds) {}
+    Client client;
+    std::string format = "text";
+  };
+  auto flags = std::make_shared<Flags>(&command);
+  AddFormatFlag(command, flags->format,
+                "text (a field a line) or json (one object)");
+  return [flags](const std::vector<std::string>&) -> int {
+    if (absl::Status s = CheckFormat(flags->format); !s.ok()) {
+      return Usage(flags->client.command, s.message());
+    }
+    auto options = flags->client.Resolve(std::chrono::seconds(5));
+    return options ? RunStatus(*options, flags->format == "json") : kExitUsage;
+  };
+}
+
 }  // namespace
 
 std::vector<Command> ClientCommands() {
@@ -208,7 +303,8 @@ std::vector<Command> ClientCommands() {
       RpcCommand(Rpc::kIdle, "", &AddIdle),
       RpcCommand(Rpc::kHealth, "[--service NAME] (exit 0 only while SERVING)",
                  &AddHealth),
-      RpcCommand(Rpc::kStop, "--grace-seconds S", &AddStop)};
+      RpcCommand(Rpc::kStop, "--grace-seconds S", &AddStop),
+      RpcCommand(Rpc::kStatus, "[--format text|json]", &AddStatus)};
 }
 
 }  // namespace cfdb::worker::cli

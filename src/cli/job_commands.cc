@@ -601,15 +601,11 @@ Runner AddJobs(CLI::App& command) {
     std::string format = "text";
   };
   auto flags = std::make_shared<Flags>(&command);
-  command
-      .add_option("--format", flags->format,
-                  "text (a table) or json (one object a line; default text)")
-      ->type_name("FORMAT");
+  AddFormatFlag(command, flags->format,
+                "text (a table) or json (one object a line)");
   return [flags](const std::vector<std::string>&) -> int {
-    if (flags->format != "text" && flags->format != "json") {
-      return Usage(
-          flags->client.command,
-          absl::StrCat("--format: '", flags->format, "' is not text or json"));
+    if (absl::Status s = CheckFormat(flags->format); !s.ok()) {
+      return Usage(flags->client.command, s.message());
     }
     auto options = flags->client.Resolve(std::chrono::seconds(5));
     return options ? RunJobs(*options, flags->format == "json") : kExitUsage;

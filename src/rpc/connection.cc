@@ -442,6 +442,30 @@ absl::StatusOr<std::vector<JobInfo>> WorkerConnection::ListJobs(
   return jobs;
 }
 
+absl::StatusOr<WorkerState> WorkerConnection::GetStatus(Duration timeout) {
+  grpc::ClientContext context;
+  auto stubs = impl_->Begin(timeout, "status", context);
+  if (!stubs.ok()) return stubs.status();
+  v1::StatusReply reply;
+  grpc::Status status =
+      (*stubs)->worker->Status(&context, v1::StatusRequest(), &reply);
+  if (!status.ok()) return wire::FromGrpc(status);
+  return WorkerState{
+      .version = reply.version(),
+      .uptime_seconds = reply.uptime_seconds(),
+      .idle_seconds = reply.idle_seconds(),
+      .jobs_in_flight = reply.jobs_in_flight(),
+      .max_concurrent_jobs = reply.max_concurrent_jobs(),
+      .job_ids = {reply.job_ids().begin(), reply.job_ids().end()},
+      .other_jobs_in_flight = reply.other_jobs_in_flight(),
+      .jobs_retained = reply.jobs_retained(),
+      .draining = reply.draining(),
+      .retires_at_unix_seconds = reply.retires_at_unix_seconds(),
+      .retirement_rule = reply.retirement_rule(),
+      .scale_in_protected = reply.scale_in_protected(),
+      .identity = reply.identity()};
+}
+
 absl::StatusOr<JobOutcome> WorkerConnection::Cancel(const std::string& job_id,
                                                     Duration grace,
                                                     Duration timeout) {

@@ -173,6 +173,32 @@ absl::Status ListJobs(Worker& worker, const JobCaller& caller,
   return absl::OkStatus();
 }
 
+void FillStatus(Worker& worker, const JobCaller& caller,
+                const ServeStatus& serve, v1::StatusReply& reply) {
+  reply.set_version(serve.version);
+  reply.set_uptime_seconds(ToSeconds(serve.uptime));
+  reply.set_idle_seconds(ToSeconds(worker.Idle()));
+  reply.set_max_concurrent_jobs(
+      static_cast<uint32_t>(worker.options().max_concurrent_tasks));
+  for (const std::shared_ptr<Job>& job : worker.Jobs()) {
+    if (job->ended()) continue;
+    reply.set_jobs_in_flight(reply.jobs_in_flight() + 1);
+    if (!caller.Owns(job->request())) {
+      reply.set_other_jobs_in_flight(reply.other_jobs_in_flight() + 1);
+    } else if (reply.job_ids_size() < kMaxStatusJobIds) {
+      reply.add_job_ids(job->request().job_id);
+    }
+  }
+  reply.set_jobs_retained(static_cast<uint32_t>(worker.counts().known));
+  reply.set_draining(worker.stop_state().has_value());
+  if (serve.retires_at_unix_seconds && !reply.draining()) {
+    reply.set_retires_at_unix_seconds(*serve.retires_at_unix_seconds);
+    reply.set_retirement_rule(serve.retirement_rule);
+  }
+  reply.set_scale_in_protected(serve.scale_in_protected);
+  reply.set_identity(serve.identity);
+}
+
 grpc::ServerUnaryReactor* StartCancel(Worker& worker, CallTracker& calls,
                                       absl::StatusOr<v1::CancelRequest> request,
                                       const JobCaller& caller,

@@ -1,6 +1,8 @@
-// The unary calls on one job or on the list of jobs: ListJobs and Cancel.
+// The unary calls on one job or on the list of jobs: ListJobs, Cancel, and
+// Status (the worker and its jobs in flight).
 #pragma once
 
+#include "cfdb/worker/server.h"
 #include "cfdb/worker/v1/worker.pb.h"
 #include "cfdb/worker/worker.h"
 #include "grpcpp/grpcpp.h"
@@ -24,6 +26,13 @@ inline constexpr uint32_t kMaxJobsPageSize = 1000;
 absl::Status ListJobs(Worker& worker, const JobCaller& caller,
                       const v1::ListJobsRequest& request,
                       v1::ListJobsReply& reply);
+
+// FillStatus writes the reply of a Status call: `serve`, and the docket,
+// idle time and jobs in flight of `worker` as `caller` may see them (the
+// ids of its own, at most kMaxStatusJobIds; the number of the others).
+inline constexpr int kMaxStatusJobIds = 100;
+void FillStatus(Worker& worker, const JobCaller& caller,
+                const ServeStatus& serve, v1::StatusReply& reply);
 
 // StartCancel cancels the job of `request` and returns the call's reactor,
 // which answers with the job's outcome once it has ended (holding no thread

@@ -49,7 +49,8 @@ using RawService = v1::Worker::WithRawCallbackMethod_Idle<
                 v1::Worker::WithRawCallbackMethod_Attach<
                     v1::Worker::WithRawCallbackMethod_ListJobs<
                         v1::Worker::WithRawCallbackMethod_Cancel<
-                            v1::Worker::Service>>>>>>>;
+                            v1::Worker::WithRawCallbackMethod_Status<
+                                v1::Worker::Service>>>>>>>>;
 
 // Service implements cfdb.worker.v1.Worker over raw bytes (see calls.h for
 // why), each call admitted before anything else happens.
@@ -194,6 +195,27 @@ class Service final : public RawService {
                        gate_.admission.Caller(*ctx), reply);
   }
 
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* reply) override {
+    return Answer<v1::StatusRequest, v1::StatusReply>(
+        ctx, *request, reply, Rpc::kStatus,
+        [this, ctx](const v1::StatusRequest&, v1::StatusReply& status) {
+          ServeStatus serve;
+          {
+            absl::MutexLock lock(&status_mu_);
+            if (status_source_) serve = status_source_();
+          }
+          FillStatus(worker_, gate_.admission.Caller(*ctx), serve, status);
+          return absl::OkStatus();
+        });
+  }
+
+  void OnStatus(std::function<ServeStatus()> source) {
+    absl::MutexLock lock(&status_mu_);
+    status_source_ = std::move(source);
+  }
+
   CallTracker& calls() { return calls_; }
 
  private:
@@ -218,6 +240,8 @@ class Service final : public RawService {
   const std::function<void()> on_stop_rpc_;
   CallTracker calls_;
   const std::shared_ptr<StopCalls> stops_ = std::make_shared<StopCalls>();
+  absl::Mutex status_mu_;
+  std::function<ServeStatus()> status_source_ ABSL_GUARDED_BY(status_mu_);
 };
 
 int Milliseconds(Duration d) {
@@ -420,6 +444,10 @@ void WorkerServer::Shutdown(Duration wait) {
 }
 
 void WorkerServer::NotServing() { impl_->health->NotServing(); }
+
+void WorkerServer::OnStatus(std::function<ServeStatus()> source) {
+  impl_->service.OnStatus(std::move(source));
+}
 
 RpcCounts WorkerServer::counts() const {
   RpcCounts counts;

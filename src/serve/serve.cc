@@ -188,11 +188,12 @@ double WallSeconds(TimePoint at) {
 struct Observed {
   const ServeConfig& config;
   const Worker& worker;
-  const WorkerServer& server;
+  WorkerServer& server;
   const RetirementPolicy& policy;
   const ScaleInProtection* protection;  // null: off
   const std::atomic<bool>& draining;
   const JobHistograms& histograms;
+  TimePoint started;  // the process's start, for the uptime
 };
 
 MetricsReading ReadMetrics(const Observed& o) {
@@ -251,6 +252,35 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartHttp(const Observed& o,
                    JoinHostPort(host, (*endpoint)->port()), " (plaintext)"),
       {{"http_address", JoinHostPort(host, (*endpoint)->port())}});
   return endpoint;
+}
+
+// StatusOf is the serve loop's part of a Status reply: the same reading
+// as the metrics', the earlier retirement of the two rules.
+ServeStatus StatusOf(const Observed& o) {
+  const MetricsReading r = ReadMetrics(o);
+  ServeStatus status{.version = r.version,
+                     .uptime = std::chrono::steady_clock::now() - o.started,
+                     .scale_in_protected = r.scale_in_protected,
+                     .identity = o.config.tls.identity};
+  const bool idle_first =
+      r.idle_retirement &&
+      (!r.lifetime_retirement || *r.idle_retirement <= *r.lifetime_retirement);
+  if (idle_first) {
+    status.retires_at_unix_seconds = r.idle_retirement;
+    status.retirement_rule = "idle";
+  } else if (r.lifetime_retirement) {
+    status.retires_at_unix_seconds = r.lifetime_retirement;
+    status.retirement_rule = "max_lifetime";
+  }
+  return status;
+}
+
+// ServeObservers answers who looks from outside: the Status RPC's part,
+// and the HTTP port if one is configured (null if not).
+absl::StatusOr<std::unique_ptr<HttpEndpoint>> ServeObservers(const Observed& o,
+                                                             LogThrottle& log) {
+  o.server.OnStatus([o] { return StatusOf(o); });
+  return StartHttp(o, log);
 }
 
 // CanOpenDescriptor says whether this process can open a descriptor now: a
@@ -550,14 +580,15 @@ absl::Status ServeWorker(
   worker.OnStopping([&draining] { draining = true; });
   LogThrottle http_log(SteadyClock::Get());
   absl::StatusOr<std::unique_ptr<HttpEndpoint>> http =
-      StartHttp({.config = config,
-                 .worker = worker,
-                 .server = **server,
-                 .policy = policy,
-                 .protection = protection.get(),
-                 .draining = draining,
-                 .histograms = histograms},
-                http_log);
+      ServeObservers({.config = config,
+                      .worker = worker,
+                      .server = **server,
+                      .policy = policy,
+                      .protection = protection.get(),
+                      .draining = draining,
+                      .histograms = histograms,
+                      .started = process_start},
+                     http_log);
   if (!http.ok()) {
     (*server)->Shutdown(kServerShutdownDeadline);
     return Failure(absl::StatusCode::kInvalidArgument,

@@ -278,6 +278,40 @@ TEST(CliTest, DetachReturnsOnceAcceptedAndAnotherProcessAttaches) {
   EXPECT_EQ(attach.out(), "start\nend\n");
 }
 
+// status: a person's view of one worker, and the same as JSON; it names
+// the job in flight and when the worker retires by which rule.
+TEST(CliTest, StatusSaysWhatRunsAndWhenItRetires) {
+  Daemon daemon({"--idle-timeout-seconds", "600"});
+  const std::string address = daemon.address();
+  CollectingJob idle(Command({"status", "--address", address}));
+  EXPECT_EQ(RunExec(idle), JobOutcome::Exited(0)) << idle.err();
+  EXPECT_THAT(idle.out(), HasSubstr("jobs      0 of "));
+  EXPECT_THAT(idle.out(), HasSubstr("by the idle timeout"));
+  EXPECT_THAT(idle.out(), HasSubstr("draining  no"));
+  CollectingJob sent(
+      Command({"dispatch", "--address", address, "--detach", "--job-id",
+               "busy-1", "--no-stdin", "--", "sleep", "30"}));
+  ASSERT_EQ(RunExec(sent), JobOutcome::Exited(0)) << sent.err();
+  CollectingJob busy(
+      Command({"status", "--address", address, "--format", "json"}));
+  EXPECT_EQ(RunExec(busy), JobOutcome::Exited(0)) << busy.err();
+  const nlohmann::json state = nlohmann::json::parse(busy.out());
+  EXPECT_EQ(state["jobs_in_flight"], 1);
+  EXPECT_EQ(state["job_ids"], nlohmann::json::array({"busy-1"}));
+  EXPECT_EQ(state["idle_seconds"], 0);
+  EXPECT_EQ(state["retirement_rule"], "max_lifetime") << "not idle: busy";
+  EXPECT_GT(state["retires_at_unix_seconds"].get<double>(),
+            static_cast<double>(time(nullptr)));
+  EXPECT_EQ(state["draining"], false);
+  CollectingJob version(Command({"--version"}));
+  ASSERT_EQ(RunExec(version), JobOutcome::Exited(0));
+  EXPECT_EQ(
+      version.out(),
+      absl::StrCat("cfdb-worker ", state["version"].get<std::string>(), "\n"));
+  CollectingJob bad(Command({"status", "--address", address, "--format", "x"}));
+  EXPECT_EQ(RunExec(bad), JobOutcome::Exited(2));
+}
+
 // attach --take-over ends the call that had the job with its own code, 68,
 // never 74 ("outcome unknown"): the job runs on under the taker.
 TEST(CliTest, TakeOverEndsTheDispatcherWithSixtyEight) {

@@ -111,6 +111,7 @@ class AdmissionServer {
     if (method == Method(Rpc::kCancel)) {
       return c->Cancel("no-such-job", seconds(0), kTimeout).status();
     }
+    if (method == Method(Rpc::kStatus)) return c->GetStatus(kTimeout).status();
     return absl::UnimplementedError("not in the matrix");
   }
 
@@ -326,6 +327,22 @@ TEST(OwnershipTest, AJobIsItsIdentitysAndAnAdminsOnly) {
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_TRUE(page->jobs.empty());
   EXPECT_EQ(page->others_running, 1u);
+  // Status names it to its owner and the admin only.
+  const std::unique_ptr<WorkerConnection> observer =
+      server.Connect(Who::kWorker);
+  for (WorkerConnection* other : {b.get(), observer.get()}) {
+    const absl::StatusOr<WorkerState> state = other->GetStatus(kTimeout);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->jobs_in_flight, 1u);
+    EXPECT_TRUE(state->job_ids.empty());
+    EXPECT_EQ(state->other_jobs_in_flight, 1u);
+  }
+  for (WorkerConnection* owner : {a.get(), admin.get()}) {
+    const absl::StatusOr<WorkerState> state = owner->GetStatus(kTimeout);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->job_ids, std::vector<std::string>{request.job_id});
+    EXPECT_EQ(state->other_jobs_in_flight, 0u);
+  }
 
   // A and the admin see it whole; the admin may end it.
   for (WorkerConnection* owner : {a.get(), admin.get()}) {

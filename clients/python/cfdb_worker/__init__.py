@@ -13,7 +13,7 @@ Blocking here; cfdb_worker.aio has the same surface on asyncio.
 from cfdb_worker._common import (Accepted, Attached, Event, Exit, Failure,
                                  InputClosed, JobInfo, JobResult, JobsPage,
                                  Offsets, Outcome, Output, StopSummary,
-                                 Submitted)
+                                 Submitted, WorkerStatus)
 from cfdb_worker.connection import WorkerConnection
 from cfdb_worker.credentials import Credentials
 from cfdb_worker.errors import (AcceptedDeadlineExceeded, AlreadyExists,
@@ -29,5 +29,5 @@ __all__ = [
     "MaybeStarted", "NotFound", "Offsets", "Outcome", "OutcomeUnknown",
     "Output", "PermissionDenied", "RpcError", "StillBusy", "StopSummary",
     "Submitted", "TakenOver", "TransientRpcError", "WorkerConnection",
-    "WorkerError",
+    "WorkerError", "WorkerStatus",
 ]

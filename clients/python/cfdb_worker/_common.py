@@ -216,6 +216,46 @@ class JobsPage:
 
 
 @dataclasses.dataclass(frozen=True)
+class WorkerStatus:
+    """A worker's state (status()), as worker.proto's StatusReply says:
+    its `version`, `uptime_seconds`, `idle_seconds` (0 while busy), the
+    jobs in flight (`job_ids`, this caller's own, at most 100; the
+    others only counted), `jobs_retained`, whether it is `draining`,
+    when it retires if nothing changes (`retires_at_unix_seconds`, by
+    `retirement_rule`, "idle" or "max_lifetime"; 0 and "" for neither),
+    `scale_in_protected`, and the `identity` it serves as."""
+
+    version: str
+    uptime_seconds: float
+    idle_seconds: float
+    jobs_in_flight: int
+    max_concurrent_jobs: int
+    job_ids: List[str]
+    other_jobs_in_flight: int
+    jobs_retained: int
+    draining: bool
+    retires_at_unix_seconds: float
+    retirement_rule: str
+    scale_in_protected: bool
+    identity: str
+
+
+def read_status(reply: Any) -> WorkerStatus:
+    """A StatusReply, read."""
+    return WorkerStatus(
+        version=reply.version, uptime_seconds=reply.uptime_seconds,
+        idle_seconds=reply.idle_seconds, jobs_in_flight=reply.jobs_in_flight,
+        max_concurrent_jobs=reply.max_concurrent_jobs,
+        job_ids=list(reply.job_ids),
+        other_jobs_in_flight=reply.other_jobs_in_flight,
+        jobs_retained=reply.jobs_retained, draining=reply.draining,
+        retires_at_unix_seconds=reply.retires_at_unix_seconds,
+        retirement_rule=reply.retirement_rule,
+        scale_in_protected=reply.scale_in_protected,
+        identity=reply.identity)
+
+
+@dataclasses.dataclass(frozen=True)
 class Submitted:
     """A job submit() left running on the worker: its `job_id`, and the
     `offsets` to attach from (attach(job_id, offsets)) to read its whole

@@ -13,8 +13,8 @@ from cfdb_worker._common import (Accepted, Attached, InputClosed, JobInfo,
                                  Submitted, attach_request, cancel_outcome,
                                  cancel_request, check_size, input_request,
                                  job_request, jobs_request, positive,
-                                 read_jobs_page, serving, stop_request,
-                                 submit_request)
+                                 WorkerStatus, read_jobs_page, read_status,
+                                 serving, stop_request, submit_request)
 from cfdb_worker._rpcs import RPCS
 from cfdb_worker._steps import (AsyncDriver, Emit, Input, InputFailed, Next,
                                 ReadAll, Sleep, Steps, Stream, SyncDriver,
@@ -40,6 +40,16 @@ def idle(timeout: float = 5.0) -> Steps[float]:
     reply = yield from unary("idle", worker_pb2.IdleRequest(),
                              positive("timeout", timeout))
     return float(reply.seconds)
+
+
+def status(timeout: float = 5.0) -> Steps[WorkerStatus]:
+    """The worker's state (WorkerStatus): idle, jobs in flight, draining,
+    when it retires and by which rule, protection, identity, version.
+    ValueError for a timeout that is not positive (no call is made);
+    RpcError (UNIMPLEMENTED) from a worker that predates the Status RPC."""
+    reply = yield from unary("status", worker_pb2.StatusRequest(),
+                             positive("timeout", timeout))
+    return read_status(reply)
 
 
 def stop(grace: float, timeout: Optional[float] = None,
@@ -353,6 +363,7 @@ class SyncOperations(SyncDriver):
     the function of that name above, bound)."""
 
     idle = sync_op(idle)
+    status = sync_op(status)
     stop = sync_op(stop)
     events = sync_events(events)
     dispatch = sync_op(dispatch)
@@ -371,6 +382,7 @@ class AsyncOperations(AsyncDriver):
     iterators."""
 
     idle = async_op(idle)
+    status = async_op(status)
     stop = async_op(stop)
     events = async_events(events)
     dispatch = async_op(dispatch)

@@ -111,4 +111,16 @@ RPCS: Dict[str, Rpc] = {
         conditional=False,
         capability=False,
     ),
+    "status": Rpc(
+        name="Status",
+        methods=("Status",),
+        group="observe",
+        command="status",
+        summary="the worker's state: idle, jobs, drain, when it retires",
+        follows_job=False,
+        may_start_job=False,
+        finds_job=False,
+        conditional=False,
+        capability=False,
+    ),
 }

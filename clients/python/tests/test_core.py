@@ -114,6 +114,24 @@ class JobsTest(unittest.TestCase):
         self.assertEqual((call.method, call.request.page_size,
                           call.request.page_token), ("ListJobs", 1, "s"))
 
+    def test_status_reads_every_field(self):
+        reply = worker_pb2.StatusReply(
+            version="1.2.3", uptime_seconds=5, idle_seconds=0,
+            jobs_in_flight=2, max_concurrent_jobs=4, job_ids=["a"],
+            other_jobs_in_flight=1, jobs_retained=3, draining=False,
+            retires_at_unix_seconds=1.8e9, retirement_rule="max_lifetime",
+            scale_in_protected=True, identity="w.example")
+        worker = ScriptedWorker(replies=[reply])
+        got = worker.run(_core.status(timeout=2))
+        self.assertEqual((got.job_ids, got.other_jobs_in_flight,
+                          got.retirement_rule, got.scale_in_protected,
+                          got.identity),
+                         (["a"], 1, "max_lifetime", True, "w.example"))
+        [call] = worker.of(Unary)
+        self.assertEqual(call.method, "Status")
+        with self.assertRaises(ValueError):
+            worker.run(_core.status(timeout=0))
+
     def test_a_page_that_does_not_move_on_is_a_protocol_error(self):
         worker = ScriptedWorker(replies=[page("a", token="t"),
                                          page("a", token="t")])

@@ -43,6 +43,21 @@ class HandleTests:
     def connect(self, pem=None):
         return self.open(self.address(), self.credentials(pem))
 
+    def test_status_names_the_job_in_flight_and_the_retirement(self):
+        with self.connect() as c:
+            c.submit(["sleep", "30"], job_id="status-1")
+            state = c.status()
+            c.cancel("status-1", grace=0)
+            after = c.status()
+        self.assertEqual((state.jobs_in_flight, state.job_ids,
+                          state.other_jobs_in_flight), (1, ["status-1"], 0))
+        self.assertEqual(state.idle_seconds, 0.0)
+        self.assertFalse(state.draining)
+        self.assertTrue(state.version)
+        self.assertEqual(state.retirement_rule, "max_lifetime", "busy")
+        self.assertGreater(state.retires_at_unix_seconds, time.time())
+        self.assertEqual((after.jobs_in_flight, after.job_ids), (0, []))
+
     def test_output_events_carry_their_offsets(self):
         with self.connect() as c:
             # Two writes apart in time: at least two chunks of stdout.

@@ -78,6 +78,25 @@ struct JobsPage {
   uint32_t others_ended = 0;
 };
 
+// WorkerState is a worker's answer to Status (worker.proto's StatusReply
+// says what each field means).
+struct WorkerState {
+  std::string version;
+  double uptime_seconds = 0;
+  double idle_seconds = 0;
+  uint32_t jobs_in_flight = 0;
+  uint32_t max_concurrent_jobs = 0;
+  std::vector<std::string> job_ids;  // the caller's own, at most 100
+  uint32_t other_jobs_in_flight = 0;
+  uint32_t jobs_retained = 0;
+  bool draining = false;
+  // Unix seconds and "idle" or "max_lifetime"; 0 and "" for neither.
+  double retires_at_unix_seconds = 0;
+  std::string retirement_rule;
+  bool scale_in_protected = false;
+  std::string identity;
+};
+
 // ConnectionOptions tune one WorkerConnection.
 struct ConnectionOptions {
   // A channel of its own, sharing no TCP connection with any other: its
@@ -184,6 +203,10 @@ class WorkerConnection final {
 
   // ListJobs is every page of ListJobsPage, each call within `timeout`.
   absl::StatusOr<std::vector<JobInfo>> ListJobs(Duration timeout);
+
+  // GetStatus returns the worker's state (Status RPC). UNIMPLEMENTED from a
+  // worker that predates it; `timeout` bounds the call (positive).
+  absl::StatusOr<WorkerState> GetStatus(Duration timeout);
 
   // Cancel cancels job `job_id` (SIGTERM, then SIGKILL after `grace`; zero:
   // at once) and returns its outcome once it has ended. NOT_FOUND for an

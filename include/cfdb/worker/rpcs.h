@@ -28,6 +28,7 @@ enum class Rpc {
   kAttach,
   kListJobs,
   kCancel,
+  kStatus,
 };
 
 // MethodGroup is what an RPC does, for admission (ServerOptions::admit):
@@ -83,6 +84,7 @@ inline constexpr std::string_view kHealth[] = {"Health/Check", "Health/Watch"};
 inline constexpr std::string_view kAttach[] = {"Attach"};
 inline constexpr std::string_view kListJobs[] = {"ListJobs"};
 inline constexpr std::string_view kCancel[] = {"Cancel"};
+inline constexpr std::string_view kStatus[] = {"Status"};
 }  // namespace rpc_methods
 
 // kRpcs is the registry: one row per Rpc, in the enum's order.
@@ -152,6 +154,15 @@ inline constexpr RpcInfo kRpcs[] = {
      .on_jobs = "cancel it, and read its outcome",
      .to_others = "PERMISSION_DENIED",
      .finds_job = true},
+    {.rpc = Rpc::kStatus,
+     .name = "Status",
+     .methods = rpc_methods::kStatus,
+     .group = MethodGroup::kObserve,
+     .command = "status",
+     .python = "status",
+     .summary = "the worker's state: idle, jobs, drain, when it retires",
+     .on_jobs = "name it among the jobs in flight",
+     .to_others = "not named: only the number of such jobs"},
 };
 
 // InfoOf returns the row of `rpc`.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,21 @@ struct ServerOptions {
   bool wool_compat = false;
 };
 
+// ServeStatus is what the serve loop knows of its worker that the server
+// does not, for the Status RPC (WorkerServer::OnStatus).
+struct ServeStatus {
+  std::string version;
+  // Since the worker started, on the monotonic clock.
+  Duration uptime = Duration::zero();
+  // When the worker retires if nothing changes (Unix seconds) and by which
+  // rule ("idle" or "max_lifetime"); none when neither applies.
+  std::optional<double> retires_at_unix_seconds;
+  std::string retirement_rule;
+  bool scale_in_protected = false;
+  // The identity it serves as (the SAN its clients verify); "" without.
+  std::string identity;
+};
+
 // RpcCounts is what a server answered since it started, for the metrics
 // (docs/METRICS.md: cfdb_worker_rpcs_total and
 // cfdb_worker_admission_refusals_total).
@@ -145,6 +161,12 @@ class WorkerServer {
   // are cancelled and client connections closed, and the Unix socket file
   // removed. Returns when done. Idempotent.
   void Shutdown(Duration wait);
+
+  // OnStatus sets where Status calls get the serve loop's part of their
+  // answer; it is called on gRPC's threads, once per call, and must be
+  // thread-safe and quick. Until it is set, Status answers with the
+  // server's part only (no version, uptime or retirement). Thread-safe.
+  void OnStatus(std::function<ServeStatus()> source);
 
   // counts returns the calls answered so far. Thread-safe.
   RpcCounts counts() const;
