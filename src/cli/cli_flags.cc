@@ -336,22 +336,11 @@ absl::StatusOr<StreamOffsets> JobFlags::Offsets() const {
   return from;
 }
 
-ReapFlags::ReapFlags(CLI::App* command) {
-  command
-      ->add_option("--idle-threshold-seconds", idle_threshold,
-                   "stop workers idle at least this long, >= 0")
-      ->type_name("SECONDS")
-      ->required();
-  command
-      ->add_option("--grace-seconds,--grace", grace,
-                   absl::StrCat("drain grace of each stop: ", kGraceMeaning,
-                                " (default 60)"))
-      ->type_name("SECONDS");
-  command->add_flag("--dry-run", reap.dry_run, "poll and report, stop nothing");
-  AddFormatFlag(*command, format, "text or json (one object a line)");
+FleetFlags::FleetFlags(CLI::App* command, std::string_view what) {
   command
       ->add_option("--concurrency", concurrency,
-                   "workers polled at once, 1..4096 (default 64)")
+                   absl::StrCat("workers ", std::string(what),
+                                " at once, 1..4096 (default 64)"))
       ->type_name("COUNT");
   command
       ->add_option("--addresses-from", addresses_from,
@@ -364,6 +353,64 @@ ReapFlags::ReapFlags(CLI::App* command) {
       ->type_name("ADDRESS");
 }
 
+absl::Status FleetFlags::Gather(const std::vector<std::string>& more,
+                                std::vector<std::string>& out,
+                                int& at_once) const {
+  absl::StatusOr<int64_t> count =
+      ParseIntegerFlag("--concurrency", concurrency, 1, 4096);
+  if (!count.ok()) return count.status();
+  at_once = static_cast<int>(*count);
+  // '-' reads stdin where it stands, as --addresses-from - does.
+  std::vector<std::string> given = addresses;
+  given.insert(given.end(), more.begin(), more.end());
+  for (const std::string& address : given) {
+    if (address == "-") {
+      ReadAddresses(std::cin, out);
+    } else {
+      out.push_back(address);
+    }
+  }
+  if (addresses_from == "-") {
+    ReadAddresses(std::cin, out);
+  } else if (!addresses_from.empty()) {
+    std::ifstream file(addresses_from);
+    if (!file) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--addresses-from: '", addresses_from,
+                       "' cannot be read: ", ErrnoText(errno)));
+    }
+    ReadAddresses(file, out);
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        "no addresses (give them as arguments, '-' for stdin, or with "
+        "--addresses-from)");
+  }
+  // As --address is checked (knobs.cc): gRPC would dial port 443.
+  for (const std::string& address : out) {
+    if (!TargetHasPort(address)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", address, "' has no port (", std::string(kTargetForms), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+ReapFlags::ReapFlags(CLI::App* command) : fleet(command, "polled") {
+  command
+      ->add_option("--idle-threshold-seconds", idle_threshold,
+                   "stop workers idle at least this long, >= 0")
+      ->type_name("SECONDS")
+      ->required();
+  command
+      ->add_option("--grace-seconds,--grace", grace,
+                   absl::StrCat("drain grace of each stop: ", kGraceMeaning,
+                                " (default 60)"))
+      ->type_name("SECONDS");
+  command->add_flag("--dry-run", reap.dry_run, "poll and report, stop nothing");
+  AddFormatFlag(*command, format, "text or json (one object a line)");
+}
+
 absl::Status ReapFlags::Finish(const std::vector<std::string>& more) {
   absl::StatusOr<double> threshold = ParseSecondsFlag(
       "--idle-threshold-seconds", idle_threshold, SecondsRange::kNonNegative);
@@ -373,46 +420,9 @@ absl::Status ReapFlags::Finish(const std::vector<std::string>& more) {
       ParseSecondsFlag("--grace-seconds", grace, SecondsRange::kAny);
   if (!seconds.ok()) return seconds.status();
   reap.grace_seconds = *seconds;
-  absl::StatusOr<int64_t> count =
-      ParseIntegerFlag("--concurrency", concurrency, 1, 4096);
-  if (!count.ok()) return count.status();
-  reap.concurrency = static_cast<int>(*count);
   if (absl::Status s = CheckFormat(format); !s.ok()) return s;
   reap.json = format == "json";
-  // '-' reads stdin where it stands, as --addresses-from - does.
-  std::vector<std::string> given = addresses;
-  given.insert(given.end(), more.begin(), more.end());
-  for (const std::string& address : given) {
-    if (address == "-") {
-      ReadAddresses(std::cin, reap.addresses);
-    } else {
-      reap.addresses.push_back(address);
-    }
-  }
-  if (addresses_from == "-") {
-    ReadAddresses(std::cin, reap.addresses);
-  } else if (!addresses_from.empty()) {
-    std::ifstream file(addresses_from);
-    if (!file) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--addresses-from: '", addresses_from,
-                       "' cannot be read: ", ErrnoText(errno)));
-    }
-    ReadAddresses(file, reap.addresses);
-  }
-  if (reap.addresses.empty()) {
-    return absl::InvalidArgumentError(
-        "no addresses (give them as arguments, '-' for stdin, or with "
-        "--addresses-from)");
-  }
-  // As --address is checked (knobs.cc): gRPC would dial port 443.
-  for (const std::string& address : reap.addresses) {
-    if (!TargetHasPort(address)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", address, "' has no port (", std::string(kTargetForms), ")"));
-    }
-  }
-  return absl::OkStatus();
+  return fleet.Gather(more, reap.addresses, reap.concurrency);
 }
 
 void OneValueEach(CLI::App& app) {

@@ -125,22 +125,41 @@ struct JobFlags {
   absl::StatusOr<StreamOffsets> Offsets() const;
 };
 
+// FleetFlags are the flags of a command over many workers: the addresses
+// (arguments, '-' for stdin, --addresses-from) and --concurrency.
+struct FleetFlags {
+  std::vector<std::string> addresses;
+  std::string addresses_from;
+  std::string concurrency = "64";
+
+  // `what` says what is done to each worker at once ("polled").
+  FleetFlags(CLI::App* command, std::string_view what);
+
+  // given says whether any address was given (as an argument or a file).
+  bool given(const std::vector<std::string>& more) const {
+    return !addresses.empty() || !more.empty() || !addresses_from.empty();
+  }
+  // Gather reads the addresses into `out`: those given, then `more` (after
+  // --), '-' among them and --addresses-from - read from stdin; and the
+  // concurrency. INVALID_ARGUMENT naming the flag when something is wrong
+  // (no address, one without a port, an unreadable file).
+  absl::Status Gather(const std::vector<std::string>& more,
+                      std::vector<std::string>& out, int& at_once) const;
+};
+
 // ReapFlags are reap's own flags, beside the client ones.
 struct ReapFlags {
   ReapOptions reap;
-  std::vector<std::string> addresses;
-  std::string addresses_from;
+  FleetFlags fleet;
   std::string idle_threshold;
   std::string grace = "60";
-  std::string concurrency = "64";
   std::string format = "text";
 
   explicit ReapFlags(CLI::App* command);
 
-  // Finish checks what CLI11 does not and gathers the addresses: those
-  // given, then `more` (after --), '-' among them and --addresses-from -
-  // read from stdin; INVALID_ARGUMENT naming the flag when something is
-  // wrong.
+  // Finish checks what CLI11 does not and gathers the addresses
+  // (FleetFlags::Gather); INVALID_ARGUMENT naming the flag when something
+  // is wrong.
   absl::Status Finish(const std::vector<std::string>& more);
 };
 

@@ -23,6 +23,7 @@
 #include "cli/cli_flags.h"
 #include "cli/client_calls.h"
 #include "cli/commands.h"
+#include "cli/fan_out.h"
 #include "nlohmann/json.hpp"
 #include "rpc/tls_probe.h"
 #include "spdlog/spdlog.h"
@@ -203,6 +204,81 @@ int RunStatus(const ClientOptions& options, bool json) {
   return kExitOk;
 }
 
+// One worker's answer to a fleet's status.
+struct FleetStatus {
+  std::string address;
+  absl::StatusOr<WorkerState> state;
+};
+
+// FleetLine is a fleet status line: a row of the table (text) or one JSON
+// object, a failed call's kind and status in place of the state.
+std::string FleetLine(const FleetStatus& r, bool json) {
+  if (json) {
+    nlohmann::ordered_json line;
+    if (r.state.ok()) {
+      line = StatusLine(r.address, *r.state);
+    } else {
+      line["address"] = r.address;
+      line["error_kind"] = std::string(
+          ErrorKindName(ClassifyError(Rpc::kStatus, r.state.status())));
+      line["grpc_code"] = absl::StatusCodeToString(r.state.status().code());
+      line["message"] = std::string(r.state.status().message());
+    }
+    return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  if (!r.state.ok()) {
+    return absl::StrFormat(
+        "%-24s %s: %s", r.address,
+        ErrorKindName(ClassifyError(Rpc::kStatus, r.state.status())),
+        r.state.status().message());
+  }
+  const WorkerState& s = *r.state;
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  const std::string retires =
+      s.retirement_rule.empty()
+          ? std::string("-")
+          : absl::StrFormat("%.0f s %s",
+                            std::max(s.retires_at_unix_seconds - now, 0.0),
+                            s.retirement_rule);
+  return absl::StrFormat(
+      "%-24s %8.1f %3u/%-3u %-8s %-20s %-9s %s", r.address, s.idle_seconds,
+      s.jobs_in_flight, s.max_concurrent_jobs, s.draining ? "yes" : "no",
+      retires, s.scale_in_protected ? "yes" : "no", s.version);
+}
+
+// RunFleetStatus asks every worker of `addresses`, `concurrency` at once,
+// and prints each as it answers (a header first, in text); 0 when every
+// one answered, 1 otherwise.
+int RunFleetStatus(const ClientOptions& options,
+                   const std::vector<std::string>& addresses, int concurrency,
+                   bool json) {
+  if (!json) {
+    std::cout << absl::StrFormat("%-24s %8s %7s %-8s %-20s %-9s %s\n",
+                                 "ADDRESS", "IDLE", "JOBS", "DRAINING",
+                                 "RETIRES IN", "PROTECTED", "VERSION");
+  }
+  int code = kExitOk;
+  FanOut<FleetStatus>(
+      addresses, concurrency,
+      [&](const std::string& address) {
+        FleetStatus r{.address = address,
+                      .state = absl::UnknownError("not asked")};
+        auto connection = Connect(address, options);
+        r.state =
+            connection.ok()
+                ? WithRetries(
+                      options.attempts, Rpc::kStatus,
+                      [&] { return (*connection)->GetStatus(options.timeout); })
+                : absl::StatusOr<WorkerState>(connection.status());
+        return r;
+      },
+      [&](const FleetStatus& r) {
+        std::cout << FleetLine(r, json) << '\n' << std::flush;
+        if (!r.state.ok()) code = kExitRuntimeFailure;
+      });
+  return code;
+}
+
 constexpr char kFiveSeconds[] = "deadline in seconds, > 0 (default 5)";
 
 Runner AddIdle(CLI::App& command) {
@@ -280,19 +356,30 @@ Runner AddStop(CLI::App& command) {
 
 Runner AddStatus(CLI::App& command) {
   struct Flags {
-    explicit Flags(CLI::App* command) : client(command, kFiveSeconds) {}
+    explicit Flags(CLI::App* command)
+        : client(command, kFiveSeconds), fleet(command, "asked") {}
     Client client;
+    FleetFlags fleet;
     std::string format = "text";
   };
   auto flags = std::make_shared<Flags>(&command);
   AddFormatFlag(command, flags->format,
                 "text (a field a line) or json (one object)");
-  return [flags](const std::vector<std::string>&) -> int {
+  return [flags](const std::vector<std::string>& after) -> int {
     if (absl::Status s = CheckFormat(flags->format); !s.ok()) {
       return Usage(flags->client.command, s.message());
     }
     auto options = flags->client.Resolve(std::chrono::seconds(5));
-    return options ? RunStatus(*options, flags->format == "json") : kExitUsage;
+    if (!options) return kExitUsage;
+    const bool json = flags->format == "json";
+    if (!flags->fleet.given(after)) return RunStatus(*options, json);
+    std::vector<std::string> addresses;
+    int concurrency = 1;
+    if (absl::Status s = flags->fleet.Gather(after, addresses, concurrency);
+        !s.ok()) {
+      return Usage(flags->client.command, s.message());
+    }
+    return RunFleetStatus(*options, addresses, concurrency, json);
   };
 }
 
@@ -304,7 +391,9 @@ std::vector<Command> ClientCommands() {
       RpcCommand(Rpc::kHealth, "[--service NAME] (exit 0 only while SERVING)",
                  &AddHealth),
       RpcCommand(Rpc::kStop, "--grace-seconds S", &AddStop),
-      RpcCommand(Rpc::kStatus, "[--format text|json]", &AddStatus)};
+      RpcCommand(Rpc::kStatus,
+                 "[--format text|json] [ADDRESS... | --addresses-from FILE]",
+                 &AddStatus, /*takes_arguments=*/true)};
 }
 
 }  // namespace cfdb::worker::cli

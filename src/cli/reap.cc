@@ -1,15 +1,12 @@
 #include "cli/reap.h"
 
-#include <algorithm>
-#include <atomic>
 #include <iostream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "cli/cli_flags.h"
 #include "cli/client_calls.h"
+#include "cli/fan_out.h"
 #include "nlohmann/json.hpp"
 #include "serve/lock_order.h"
 
@@ -100,22 +97,7 @@ ReapResult ReapOne(const ReapOptions& options, const std::string& address) {
 
 void Reap(const ReapOptions& options, const ReapStep& step,
           const std::function<void(const ReapResult&)>& on_result) {
-  std::atomic<size_t> next{0};
-  absl::Mutex mu;  // one on_result at a time
-  const size_t threads = std::clamp<size_t>(options.addresses.size(), 1,
-                                            std::max(options.concurrency, 1));
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (size_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t i; (i = next++) < options.addresses.size();) {
-        const ReapResult result = step(options.addresses[i]);
-        absl::MutexLock lock(&mu);
-        on_result(result);
-      }
-    });
-  }
-  for (std::thread& thread : pool) thread.join();
+  FanOut<ReapResult>(options.addresses, options.concurrency, step, on_result);
 }
 
 std::string FormatResult(const ReapResult& r, bool json) {

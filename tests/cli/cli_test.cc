@@ -312,6 +312,37 @@ TEST(CliTest, StatusSaysWhatRunsAndWhenItRetires) {
   EXPECT_EQ(RunExec(bad), JobOutcome::Exited(2));
 }
 
+// status over a fleet: one line per worker as it answers, a failed one
+// said as such (exit 1), JSON objects with --format json.
+TEST(CliTest, StatusOverAFleetIsOneLinePerWorker) {
+  Daemon first({"--idle-timeout-seconds", "0"});
+  Daemon second({"--idle-timeout-seconds", "0"});
+  const std::string dead = "127.0.0.1:1";
+  CollectingJob table(
+      Command({"status", first.address(), "--", second.address(), dead}));
+  EXPECT_EQ(RunExec(table), JobOutcome::Exited(1)) << table.err();
+  const std::string out = table.out();
+  EXPECT_THAT(out, ::testing::StartsWith("ADDRESS "));
+  for (const std::string& address : {first.address(), second.address()}) {
+    EXPECT_TRUE(std::regex_search(
+        out, std::regex(address + R"( +[0-9.]+ +0/[0-9]+ +no )")))
+        << out;
+  }
+  EXPECT_THAT(out, HasSubstr(dead + "              transient error"));
+  CollectingJob json(Command(
+      {"status", "--format", "json", first.address(), second.address()}));
+  EXPECT_EQ(RunExec(json), JobOutcome::Exited(0)) << json.err();
+  int objects = 0;
+  for (std::istringstream lines(json.out()); !lines.eof();) {
+    std::string line;
+    if (!std::getline(lines, line) || line.empty()) continue;
+    const nlohmann::json object = nlohmann::json::parse(line);
+    EXPECT_TRUE(object.contains("idle_seconds")) << line;
+    ++objects;
+  }
+  EXPECT_EQ(objects, 2);
+}
+
 // attach --take-over ends the call that had the job with its own code, 68,
 // never 74 ("outcome unknown"): the job runs on under the taker.
 TEST(CliTest, TakeOverEndsTheDispatcherWithSixtyEight) {
