@@ -32,12 +32,22 @@ void WakeAll(const std::vector<std::shared_ptr<JobReader>>& readers) {
 
 }  // namespace
 
+void JobJournal::Drop(OutputStream stream, std::size_t bytes) {
+  dropped_.of(stream) += bytes;
+  if (dropped_total_ != nullptr) *dropped_total_ += bytes;
+}
+
+void JobJournal::CountDropsInto(std::atomic<uint64_t>* total) {
+  absl::MutexLock lock(&mu_);
+  dropped_total_ = total;
+}
+
 void JobJournal::DropFront(bool unread) {
   const Entry& front = entries_.front();
   retained_ -= front.chunk.size;
   if (unread) {
     unread_ -= front.chunk.size;
-    dropped_.of(front.chunk.stream) += front.chunk.size;
+    Drop(front.chunk.stream, front.chunk.size);
     cursor_.seq = front.seq + 1;
   }
   entries_.pop_front();
@@ -109,7 +119,7 @@ void JobJournal::Cancelled() {
       const Entry& back = entries_.back();
       retained_ -= back.chunk.size;
       unread_ -= back.chunk.size;
-      dropped_.of(back.chunk.stream) += back.chunk.size;
+      Drop(back.chunk.stream, back.chunk.size);
       entries_.pop_back();
     }
     cursor_.seq = next_seq_;

@@ -107,6 +107,7 @@ absl::Status Worker::Dispatch(const std::shared_ptr<Job>& job) {
     return s;
   }
   ++jobs_started_;
+  job->journal().CountDropsInto(&output_dropped_);
   job->OnAccepted();
 
   if (!threads_->Post([this, job, handler] { Run(job, handler); })) {
@@ -211,7 +212,11 @@ std::string_view JobEndName(JobEnd end) {
 JobCounts Worker::counts() const {
   JobCounts counts{.started = jobs_started_.load(),
                    .known = registry_->Size(),
-                   .unread_evicted = registry_->UnreadEvicted()};
+                   .unread_evicted = registry_->UnreadEvicted(),
+                   .output_dropped_bytes = output_dropped_.load()};
+  for (const std::shared_ptr<Job>& job : registry_->All()) {
+    counts.output_buffered_bytes += job->journal().stats().retained_bytes;
+  }
   for (std::size_t i = 0; i < kJobEndCount; ++i) {
     counts.ended[i] = ended_[i].load();
     const auto end = static_cast<JobEnd>(i);
@@ -278,7 +283,8 @@ std::optional<StopState> Worker::stop_state() const {
   if (requests_.empty()) return std::nullopt;
   return StopState{.idle_at_request = idle_at_stop_,
                    .in_flight_at_request = in_flight_at_stop_,
-                   .sources = requests_.sources()};
+                   .sources = requests_.sources(),
+                   .deadline = requests_.deadline()};
 }
 
 void Worker::Drain() {

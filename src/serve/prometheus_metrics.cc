@@ -87,6 +87,15 @@ Samples SamplesOf(const MetricRow& row, const MetricsReading& w,
     return one(double(w.jobs.unread_evicted));
   }
   if (n == "cfdb_worker_draining") return one(Flag(w.draining));
+  if (n == "cfdb_worker_drain_deadline_timestamp_seconds") {
+    return w.drain_deadline ? one(*w.drain_deadline) : Samples();
+  }
+  if (n == "cfdb_worker_job_output_buffered_bytes") {
+    return one(double(w.jobs.output_buffered_bytes));
+  }
+  if (n == "cfdb_worker_job_output_dropped_bytes_total") {
+    return one(double(w.jobs.output_dropped_bytes));
+  }
   if (n == "cfdb_worker_retirement_timestamp_seconds") {
     Samples samples;
     if (w.idle_retirement) samples.push_back({{"idle"}, *w.idle_retirement});

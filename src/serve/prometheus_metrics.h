@@ -61,10 +61,18 @@ inline constexpr MetricRow kMetricTable[] = {
      "From a job's acceptance to its end (the time it held a slot)."},
     {"cfdb_worker_jobs_retained", MetricType::kGauge, "", "",
      "Jobs known by id: in flight, or ended with their result retained."},
+    {"cfdb_worker_job_output_buffered_bytes", MetricType::kGauge, "", "",
+     "Output the known jobs hold now, read or not."},
+    {"cfdb_worker_job_output_dropped_bytes_total", MetricType::kCounter, "", "",
+     "Output dropped: by drop-oldest when nobody read fast enough, or "
+     "unread when its job was cancelled."},
     {"cfdb_worker_unread_results_evicted_total", MetricType::kCounter, "", "",
      "Results of detached jobs evicted before any client read them."},
     {"cfdb_worker_draining", MetricType::kGauge, "", "",
      "1 once a stop was asked for (the docket refuses new jobs), else 0."},
+    {"cfdb_worker_drain_deadline_timestamp_seconds", MetricType::kGauge, "", "",
+     "While draining: when the drain ends at the latest, cancelling what "
+     "still runs (Unix seconds; +Inf without a limit). Absent otherwise."},
     {"cfdb_worker_retirement_timestamp_seconds", MetricType::kGauge, "rule",
      "idle,max_lifetime",
      "When the worker retires by each rule if nothing changes (Unix "
@@ -137,6 +145,8 @@ struct MetricsReading {
   JobCounts jobs;
   std::size_t retained = 0;
   bool draining = false;
+  // Unix seconds (+Inf: no limit); none unless draining.
+  std::optional<double> drain_deadline;
   // Unix seconds; none: the rule cannot apply now.
   std::optional<double> idle_retirement;
   std::optional<double> lifetime_retirement;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -218,6 +219,11 @@ MetricsReading ReadMetrics(const Observed& o) {
     r.agent_calls_ok = static_cast<uint64_t>(o.protection->calls() - failed);
   }
   r.retained = r.jobs.known;
+  if (const std::optional<StopState> stop = worker.stop_state()) {
+    r.drain_deadline = stop->deadline == TimePoint::max()
+                           ? std::numeric_limits<double>::infinity()
+                           : WallSeconds(stop->deadline);
+  }
   const Duration timeout = config.retirement.idle_timeout;
   if (timeout > Duration::zero() && r.in_flight == 0 && !r.draining) {
     r.idle_retirement = WallSeconds(std::chrono::steady_clock::now()) +

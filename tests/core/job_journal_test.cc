@@ -302,6 +302,8 @@ class DropOldestJournalTest : public JobJournalTest {
 };
 
 TEST_F(DropOldestJournalTest, AFullBufferDropsTheOldestAndCountsIt) {
+  std::atomic<uint64_t> total{5};  // the worker's count, of every job
+  journal_.CountDropsInto(&total);
   journal_.Attach(reader_, {}, kControl);
   EXPECT_TRUE(journal_.Leave(reader_.get()).unattended);
   for (int i = 0; i < 6; ++i) {
@@ -313,6 +315,7 @@ TEST_F(DropOldestJournalTest, AFullBufferDropsTheOldestAndCountsIt) {
   EXPECT_EQ(stats.retained_bytes, kBuffer);
   EXPECT_EQ(stats.dropped.stdout_bytes, 8u);  // "aaaaaaaa"
   EXPECT_EQ(stats.dropped.stderr_bytes, 8u);  // "bbbbbbbb"
+  EXPECT_EQ(total.load(), 5u + 16u) << "counted there too";
   const auto back = std::make_shared<CountingReader>();
   const JobJournal::Attachment attachment = journal_.Attach(back, {}, kControl);
   EXPECT_EQ(attachment.lost.stdout_bytes, 8u);

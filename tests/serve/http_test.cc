@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <string>
 #include <thread>
@@ -179,6 +180,10 @@ TEST_F(HttpTest, ReadyzIs503InADrainWhileHealthzStays200) {
   EXPECT_EQ(Get(port_, "/healthz").status, 200);
   const std::string metrics = Get(port_, "/metrics").body;
   EXPECT_EQ(Sample(metrics, "cfdb_worker_draining"), 1) << metrics;
+  EXPECT_EQ(Sample(metrics, "cfdb_worker_drain_deadline_timestamp_seconds"),
+            std::numeric_limits<double>::infinity())
+      << "a drain without limit:\n"
+      << metrics;
   go.Open();
   job.join();
   stop.join();

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -110,6 +111,14 @@ TEST(PrometheusMetricsTest, ReadsWhatItIsGiven) {
   EXPECT_THAT(text, Not(HasSubstr("code=\"OK\"")))
       << "codes never seen have no series";
   EXPECT_THAT(text, HasSubstr("cfdb_worker_build_info{version=\"1.2.3\"} 1"));
+  EXPECT_THAT(text,
+              Not(HasSubstr("\ncfdb_worker_drain_deadline_timestamp_seconds ")))
+      << "not draining";
+  MetricsReading draining = Busy();
+  draining.drain_deadline = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(
+      RenderMetrics(draining, {}),
+      HasSubstr("\ncfdb_worker_drain_deadline_timestamp_seconds +Inf\n"));
   EXPECT_THAT(text, HasSubstr("\nprocess_open_fds 9\n"));
   EXPECT_THAT(text, HasSubstr("{rule=\"max_lifetime\"}"));
   EXPECT_THAT(text, Not(HasSubstr("{rule=\"idle\"}")))

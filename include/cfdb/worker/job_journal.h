@@ -31,6 +31,7 @@
 
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -186,6 +187,11 @@ class JobJournal {
   // over). Call from one thread at a time per reader.
   Read Next(const JobReader* reader, Chunk& chunk, JobOutcome& outcome);
 
+  // CountDropsInto adds every byte dropped from now on (Stats::dropped) to
+  // `*total` too, e.g. the worker's count of all its jobs' (the metrics);
+  // `total` must outlive the journal. Worker::Dispatch sets it.
+  void CountDropsInto(std::atomic<uint64_t>* total);
+
   // Claimed says that a client was given the outcome (by a reader, or in a
   // Cancel call's answer): the result is read.
   void Claimed();
@@ -246,6 +252,10 @@ class JobJournal {
   std::size_t unread_ ABSL_GUARDED_BY(mu_) = 0;  // bytes at seq >= cursor
   StreamOffsets written_ ABSL_GUARDED_BY(mu_);
   StreamOffsets dropped_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t>* dropped_total_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Drop counts `bytes` of `stream` as dropped.
+  void Drop(OutputStream stream, std::size_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::weak_ptr<JobReader> controller_ ABSL_GUARDED_BY(mu_);
   const JobReader* controller_id_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<const JobReader*, Follower> followers_

@@ -116,6 +116,11 @@ struct JobCounts {
   // Results of detached jobs evicted before any client read them (past
   // kMaxRetainedResults; logged).
   uint64_t unread_evicted = 0;
+  // Output held now by the jobs known (JobJournal::Stats::retained_bytes),
+  // and every byte of output dropped so far (drop-oldest, or unread at a
+  // cancel).
+  uint64_t output_buffered_bytes = 0;
+  uint64_t output_dropped_bytes = 0;
 };
 
 // StopState is what a worker's first stop request found, and who has asked
@@ -127,6 +132,9 @@ struct StopState {
   std::size_t in_flight_at_request = 0;
   // One entry per source, in order of first arrival.
   std::vector<StopRequests::Source> sources;
+  // When the drain ends at the latest, on the worker's clock
+  // (TimePoint::max(): no request has a limit).
+  TimePoint deadline = TimePoint::max();
 };
 
 // Worker runs jobs. Safe for concurrent access without external
@@ -322,6 +330,8 @@ class Worker {
   std::unique_ptr<JobThreads> threads_;
   std::atomic<uint64_t> jobs_started_{0};
   std::function<void(const JobTiming&)> on_job_end_;
+  // Every accepted job's dropped output (JobJournal::CountDropsInto).
+  std::atomic<uint64_t> output_dropped_{0};
   // Ended jobs by JobEnd, counted in EndJob.
   std::array<std::atomic<uint64_t>, kJobEndCount> ended_{};
 };
