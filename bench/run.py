@@ -379,6 +379,22 @@ def main():
     i99, b99 = c("Idle/WorkerConnection", "p99_us"), c("Idle/BareStub", "p99_us")
     rows.append(("`Idle` round trip p99, `WorkerConnection`", f"{fmt(i99)} µs",
                  f"{fmt(b99)} µs (same)", f"{i99 / b99:.2f}×", "—", "—"))
+    sp = c("Idle/WhileScrapedEverySecond", "p50_us")
+    scrapes = int(c("Idle/WhileScrapedEverySecond", "scrapes"))
+    rows.append((f"`Idle` p50 while `/metrics` is scraped once a second "
+                 f"({scrapes} scrapes)", f"{fmt(sp)} µs",
+                 f"{fmt(ic)} µs (`Idle` p50, unscraped)", f"{sp / ic:.2f}×",
+                 "≤ 1.05×", verdict(sp / ic <= 1.05)))
+    render = c("Scrape/Render", "cpu_time")
+    rows.append(("a scrape's CPU in the worker: read the worker and "
+                 "`/proc`, render the text", f"{fmt(render)} µs", "—", "—",
+                 "≤ 1 ms", verdict(render <= 1000)))
+    http = c("Scrape/HttpRoundTrip", "p50_us")
+    rows.append(("a whole scrape over HTTP, p50 (a connection each)",
+                 f"{fmt(http)} µs (p99 "
+                 f"{fmt(c('Scrape/HttpRoundTrip', 'p99_us'))} µs)",
+                 f"{fmt(render)} µs (the render alone)",
+                 f"{http / render:.2f}×", "—", "—"))
     l99 = c("Idle/UnderStreamingLoad", "p99_us")
     jobs = int(c("Idle/UnderStreamingLoad", "jobs"))
     rate = c("Idle/UnderStreamingLoad", "stream_MiB_per_s")

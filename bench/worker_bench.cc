@@ -7,6 +7,7 @@
 // Latency percentiles come from per-call timings collected here and are
 // reported as counters (p50_us, p99_us). --smoke shrinks every loop so the
 // binary can run in CI in seconds; its figures mean nothing.
+#include <curl/curl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +32,8 @@
 #include "cfdb/worker/worker.h"
 #include "count_allocations.h"
 #include "serve/backoff.h"
+#include "serve/http_endpoint.h"
+#include "serve/prometheus_metrics.h"
 #include "spdlog/sinks/null_sink.h"
 #include "spdlog/spdlog.h"
 
@@ -244,6 +247,96 @@ void BM_Idle_UnderCpuLoad(benchmark::State& state) {
   IdleUnderJobs(state, {"sh", "-c", "while :; do :; done"}, {});
 }
 
+// --- A Prometheus scrape -----------------------------------------------------
+
+// Reading is what a scrape reads of `worker` (serve.cc's ReadMetrics, less
+// the retirement policy, which an in-process worker here has none of).
+MetricsReading Reading(const Worker& worker) {
+  return {.in_flight = worker.docket().in_flight(),
+          .max_concurrent = worker.options().max_concurrent_tasks,
+          .idle_seconds = ToSeconds(worker.Idle()),
+          .jobs = worker.counts()};
+}
+
+// ScrapeEnv is a worker with the HTTP port serving its metrics.
+class ScrapeEnv {
+ public:
+  ScrapeEnv() {
+    endpoint_ = *HttpEndpoint::Start(
+        "127.0.0.1", 0,
+        {.metrics =
+             [this] {
+               return RenderMetrics(Reading(env_.worker()), ReadProcess());
+             },
+         .healthy = [] { return true; },
+         .ready = [] { return true; }},
+        log_);
+    curl_ = curl_easy_init();
+    url_ = "http://127.0.0.1:" + std::to_string(endpoint_->port()) + "/metrics";
+    curl_easy_setopt(curl_, CURLOPT_URL, url_.c_str());
+    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &Discard);
+  }
+  ~ScrapeEnv() { curl_easy_cleanup(curl_); }
+  ScrapeEnv(const ScrapeEnv&) = delete;
+  ScrapeEnv& operator=(const ScrapeEnv&) = delete;
+
+  // Scrape GETs /metrics once; whether it answered 200.
+  bool Scrape() {
+    long status = 0;
+    return curl_easy_perform(curl_) == CURLE_OK &&
+           curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status) ==
+               CURLE_OK &&
+           status == 200;
+  }
+  WorkerEnv& env() { return env_; }
+
+ private:
+  static size_t Discard(char*, size_t size, size_t count, void*) {
+    return size * count;
+  }
+  WorkerEnv env_{4};
+  LogThrottle log_{SteadyClock::Get()};
+  std::unique_ptr<HttpEndpoint> endpoint_;
+  CURL* curl_ = nullptr;
+  std::string url_;
+};
+
+// The text of one scrape, read and rendered: the CPU a scrape costs the
+// worker besides HTTP.
+void BM_Scrape_Render(benchmark::State& state) {
+  const Worker& worker = WorkerEnv::Shared().worker();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(RenderMetrics(Reading(worker), ReadProcess()));
+  }
+}
+
+// One whole scrape over HTTP (a connection each, as the port keeps none
+// alive).
+void BM_Scrape_HttpRoundTrip(benchmark::State& state) {
+  ScrapeEnv scrape;
+  TimedLoop(state, [&] { return scrape.Scrape(); });
+}
+
+// Idle while a scraper reads /metrics once a second: against
+// Idle/WorkerConnection, what scraping costs the worker's answers.
+void BM_Idle_WhileScrapedEverySecond(benchmark::State& state) {
+  ScrapeEnv scrape;
+  std::atomic<bool> done{false};
+  std::atomic<long> scrapes{0};
+  std::thread scraper([&] {
+    while (!done) {
+      scrapes += scrape.Scrape();
+      for (int i = 0; i < 100 && !done; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  });
+  IdleLoop(state, scrape.env().connection());
+  done = true;
+  scraper.join();
+  state.counters["scrapes"] = static_cast<double>(scrapes.load());
+}
+
 // --- Docket Admit/Release ----------------------------------------------------
 
 struct NopJob final : Cancellable {
@@ -454,6 +547,18 @@ void Register() {
       ->Unit(benchmark::kMicrosecond);
   RegisterBenchmark("Idle/BareStub", BM_Idle_BareStub)
       ->Iterations(idle_calls)
+      ->Unit(benchmark::kMicrosecond);
+  // Long enough for several scrapes at one a second.
+  RegisterBenchmark("Idle/WhileScrapedEverySecond",
+                    BM_Idle_WhileScrapedEverySecond)
+      ->Iterations(Scaled(40000))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  RegisterBenchmark("Scrape/Render", BM_Scrape_Render)
+      ->Iterations(Scaled(2000))
+      ->Unit(benchmark::kMicrosecond);
+  RegisterBenchmark("Scrape/HttpRoundTrip", BM_Scrape_HttpRoundTrip)
+      ->Iterations(Scaled(1000))
       ->Unit(benchmark::kMicrosecond);
   RegisterBenchmark("Idle/UnderStreamingLoad", BM_Idle_UnderStreamingLoad)
       ->Iterations(Scaled(1500))
