@@ -46,11 +46,15 @@ size_t Append(char* data, size_t size, size_t count, void* out) {
   return size * count;
 }
 
-// Get asks `path` of the worker's HTTP port with `method`.
-Answer Get(int port, const std::string& path,
-           const std::string& method = "GET") {
+// Get asks `path` of the worker's HTTP port with `method` (and `header`,
+// a line, if not empty).
+Answer Get(int port, const std::string& path, const std::string& method = "GET",
+           const std::string& header = "") {
   Answer answer;
   CURL* curl = curl_easy_init();
+  curl_slist* headers =
+      header.empty() ? nullptr : curl_slist_append(nullptr, header.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   const std::string url = absl::StrCat("http://127.0.0.1:", port, path);
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
@@ -64,6 +68,7 @@ Answer Get(int port, const std::string& path,
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &answer.status);
   }
   curl_easy_cleanup(curl);
+  curl_slist_free_all(headers);
   return answer;
 }
 
@@ -203,6 +208,12 @@ TEST_F(HttpTest, ServesThreePathsAndNothingElse) {
   const Answer head = Get(port_, "/metrics", "HEAD");
   EXPECT_EQ(head.status, 200);
   EXPECT_EQ(head.body, "");
+  // A request head past the 8 KiB cap is refused; the port serves on.
+  const Answer big =
+      Get(port_, "/metrics", "GET",
+          "X-Big: " + std::string(2 * kHttpMaxRequestBytes, 'a'));
+  EXPECT_GE(big.status, 400);
+  EXPECT_LT(big.status, 500);
   const Answer metrics = Get(port_, "/metrics?debug=1");
   EXPECT_EQ(metrics.status, 200);
   EXPECT_THAT(metrics.headers, HasSubstr("text/plain; version=0.0.4"));

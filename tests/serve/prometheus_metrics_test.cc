@@ -12,10 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "rpc/rpc_counter.h"
+#include "serve/metrics.h"
+#include "support/test_job.h"
+#include "support/wait_for.h"
 
 namespace cfdb::worker {
 namespace {
@@ -155,6 +160,88 @@ TEST(PrometheusMetricsTest, ProcessIsReadFromProc) {
   EXPECT_GT(p.max_fds, p.open_fds);
   EXPECT_GT(p.start_time_seconds, 1.6e9);
   EXPECT_GE(p.cpu_seconds, 0);
+}
+
+// Sample is the value of `series` in `text`, or -1 when absent.
+double Sample(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos
+             ? -1
+             : std::stod(text.substr(at + series.size() + 2));
+}
+
+// The EMF line and the metrics, read from one worker at one moment, say
+// the same: every EMF figure is the sum of its Prometheus series.
+TEST(PrometheusMetricsTest, TheEmfLineAgreesWithTheMetrics) {
+  Worker worker(WorkerOptions{.max_concurrent_tasks = 4});
+  ASSERT_TRUE(
+      worker
+          .RegisterKind("ends",
+                        {.run =
+                             [](JobContext& ctx) {
+                               const std::string& how = ctx.request().payload;
+                               using enum JobOutcome::Failure;
+                               if (how == "signal") {
+                                 return JobOutcome::Signaled(9);
+                               }
+                               if (how == "late") {
+                                 return JobOutcome::Failed(kTimeLimitExceeded,
+                                                           "late");
+                               }
+                               if (how == "cancel") {
+                                 return JobOutcome::Failed(kCancelled, "");
+                               }
+                               return JobOutcome::Exited(how == "0" ? 0 : 3);
+                             }})
+          .ok());
+  int n = 0;
+  for (const char* how : {"0", "0", "3", "signal", "late", "cancel"}) {
+    JobRequest request;
+    request.job_id = absl::StrCat("emf-", n++);
+    request.kind = "ends";
+    request.payload = how;
+    auto job = std::make_shared<test_support::CollectingJob>(request);
+    ASSERT_TRUE(worker.Dispatch(job).ok());
+    ASSERT_TRUE(
+        test_support::WaitFor([&] { return job->outcome().has_value(); }));
+  }
+  const JobCounts counts = worker.counts();
+  const double idle = ToSeconds(worker.Idle());
+  const nlohmann::json emf =
+      nlohmann::json::parse(FormatIntervalLine("svc",
+                                               {.in_flight = 0,
+                                                .jobs = counts,
+                                                .idle_seconds = idle,
+                                                .poll_failures = 2},
+                                               {}, 0));
+  const std::string text = RenderMetrics({.in_flight = 0,
+                                          .idle_seconds = idle,
+                                          .jobs = counts,
+                                          .policy = {.polls_failed = 2}},
+                                         {});
+  const auto finished = [&](const char* outcome) {
+    return Sample(text,
+                  absl::StrCat("cfdb_worker_jobs_finished_total{outcome=\"",
+                               outcome, "\"}"));
+  };
+  EXPECT_EQ(emf["JobsStarted"], 6);
+  EXPECT_EQ(emf["JobsStarted"].get<double>(),
+            Sample(text, "cfdb_worker_jobs_started_total"));
+  EXPECT_EQ(emf["JobsSucceeded"].get<double>(), finished("succeeded"));
+  EXPECT_EQ(emf["JobsFailed"].get<double>(),
+            finished("exited_nonzero") + finished("signaled") +
+                finished("start_failed") + finished("timed_out") +
+                finished("handler_error"));
+  EXPECT_EQ(emf["JobsFailed"], 3);
+  EXPECT_EQ(emf["JobsCancelled"].get<double>(), finished("cancelled"));
+  EXPECT_EQ(emf["JobsInFlight"].get<double>(),
+            Sample(text, "cfdb_worker_jobs_in_flight"));
+  EXPECT_EQ(emf["IdleSeconds"].get<double>(),
+            Sample(text, "cfdb_worker_idle_seconds"));
+  EXPECT_EQ(emf["IdlePollFailures"].get<double>(),
+            Sample(text, "cfdb_worker_idle_polls_total{result=\"failed\"}"));
+  EXPECT_EQ(emf["UnreadResultsEvicted"].get<double>(),
+            Sample(text, "cfdb_worker_unread_results_evicted_total"));
 }
 
 // The names the shipped alerts and dashboard use are the worker's.
