@@ -369,6 +369,30 @@ TEST_F(HttpTest, ARealPrometheusScrapesItAndEveryDashboardQueryHasData) {
   EXPECT_GT(queries, 10);
 }
 
+// The endpoint answers 503 whenever its health or readiness says no: the
+// serve loop's wiring is then only what it asks (the listener lost, the
+// drain begun; RetirementTest and ReadyzIs503InADrain hold those).
+TEST(HttpEndpointTest, UnhealthyAndUnreadyAre503) {
+  std::atomic<bool> healthy{true}, ready{true};
+  LogThrottle log(SteadyClock::Get());
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
+      HttpEndpoint::Start("127.0.0.1", 0,
+                          {.metrics = [] { return std::string("m 1\n"); },
+                           .healthy = [&] { return healthy.load(); },
+                           .ready = [&] { return ready.load(); }},
+                          log);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  EXPECT_EQ(Get(port, "/healthz").status, 200);
+  EXPECT_EQ(Get(port, "/readyz").status, 200);
+  healthy = false;
+  EXPECT_EQ(Get(port, "/healthz").status, 503);
+  EXPECT_EQ(Get(port, "/readyz").status, 200);
+  ready = false;
+  EXPECT_EQ(Get(port, "/readyz").status, 503);
+  EXPECT_EQ(Get(port, "/metrics").body, "m 1\n") << "metrics still served";
+}
+
 TEST(HttpConfigTest, TheGrpcPortIsRefusedAsTheHttpPort) {
   test_support::CollectingJob serve(test_support::Command(
       {"serve", "--port", "50999", "--http-port", "50999"}));
