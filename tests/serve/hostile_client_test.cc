@@ -341,7 +341,11 @@ INSTANTIATE_TEST_SUITE_P(
 // 4,600-6,800 since (docs/SECURITY.md). Peak RSS is held to the documented
 // bound only: +127-153 MiB then, +76-119 MiB now, too close to tell apart.
 TEST(HostileClientTest, ARapidResetAttackerIsCutEarlyOnEachConnection) {
-  constexpr int64_t kMedianBound = 12000 * test_support::kSanitizerSlowdown;
+  // ASan slows the handlers that count, not the client that floods: its
+  // count before the cut was 4x production's in its first CI run (median
+  // 49,800), the stretch StreamAbuseTest measured for floods (10x) holds it.
+  constexpr int64_t kMedianBound =
+      12000 * (test_support::kSanitizerSlowdown > 1 ? 10 : 1);
   Daemon daemon({"--idle-timeout-seconds", "0"}, HeapLikeProduction());
   ASSERT_GT(daemon.pid(), 0);
   const int64_t baseline = RssKib(daemon.pid());
