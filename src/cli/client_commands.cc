@@ -164,7 +164,8 @@ std::string StatusText(const std::string& address, const WorkerState& s) {
     absl::StrAppend(&jobs, " (and ", s.other_jobs_in_flight,
                     " of other identities)");
   }
-  std::string retires = "not while nothing changes (busy, or draining)";
+  std::string retires =
+      "not while nothing changes (busy, draining, or both rules off)";
   if (!s.retirement_rule.empty()) {
     const double in = s.retires_at_unix_seconds -
                       absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());

@@ -180,7 +180,9 @@ void FillStatus(Worker& worker, const JobCaller& caller,
   reply.set_idle_seconds(ToSeconds(worker.Idle()));
   reply.set_max_concurrent_jobs(
       static_cast<uint32_t>(worker.options().max_concurrent_tasks));
-  for (const std::shared_ptr<Job>& job : worker.Jobs()) {
+  const std::vector<std::shared_ptr<Job>> jobs = worker.Jobs();
+  reply.set_jobs_retained(static_cast<uint32_t>(jobs.size()));
+  for (const std::shared_ptr<Job>& job : jobs) {
     if (job->ended()) continue;
     reply.set_jobs_in_flight(reply.jobs_in_flight() + 1);
     if (!caller.Owns(job->request())) {
@@ -189,8 +191,7 @@ void FillStatus(Worker& worker, const JobCaller& caller,
       reply.add_job_ids(job->request().job_id);
     }
   }
-  reply.set_jobs_retained(static_cast<uint32_t>(worker.counts().known));
-  reply.set_draining(worker.stop_state().has_value());
+  reply.set_draining(worker.stopping());
   if (serve.retires_at_unix_seconds && !reply.draining()) {
     reply.set_retires_at_unix_seconds(*serve.retires_at_unix_seconds);
     reply.set_retirement_rule(serve.retirement_rule);

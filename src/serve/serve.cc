@@ -192,7 +192,6 @@ struct Observed {
   WorkerServer& server;
   const RetirementPolicy& policy;
   const ScaleInProtection* protection;  // null: off
-  const std::atomic<bool>& draining;
   const JobHistograms& histograms;
   TimePoint started;  // the process's start, for the uptime
 };
@@ -201,13 +200,12 @@ MetricsReading ReadMetrics(const Observed& o) {
   const ServeConfig& config = o.config;
   const Worker& worker = o.worker;
   const RetirementPolicy& policy = o.policy;
-  const std::atomic<bool>& draining = o.draining;
   const RetirementPolicy::Reading seen = policy.reading();
   MetricsReading r{.in_flight = worker.docket().in_flight(),
                    .max_concurrent = config.worker.max_concurrent_tasks,
                    .idle_seconds = ToSeconds(worker.Idle()),
                    .jobs = worker.counts(),
-                   .draining = draining.load(),
+                   .draining = worker.stopping(),
                    .policy = seen,
                    .rpcs = o.server.counts(),
                    .version = CFDB_WORKER_VERSION,
@@ -249,7 +247,7 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartHttp(const Observed& o,
               [o] { return RenderMetrics(ReadMetrics(o), ReadProcess()); },
           .healthy = [&policy =
                           o.policy] { return !policy.reading().listener_lost; },
-          .ready = [&draining = o.draining] { return !draining.load(); }},
+          .ready = [&worker = o.worker] { return !worker.stopping(); }},
       log);
   if (!endpoint.ok()) return endpoint.status();
   LogEvent(
@@ -581,9 +579,7 @@ absl::Status ServeWorker(
   const AcceptFailureWatch accept_failures(policy, shutdown);
   std::unique_ptr<MetricsReporter> metrics =
       StartMetrics(config, worker, policy);
-  // Ready from here (listening) until the drain begins.
-  std::atomic<bool> draining{false};
-  worker.OnStopping([&draining] { draining = true; });
+  // Ready from here (listening) until the drain begins (/readyz).
   LogThrottle http_log(SteadyClock::Get());
   absl::StatusOr<std::unique_ptr<HttpEndpoint>> http =
       ServeObservers({.config = config,
@@ -591,7 +587,6 @@ absl::Status ServeWorker(
                       .server = **server,
                       .policy = policy,
                       .protection = protection.get(),
-                      .draining = draining,
                       .histograms = histograms,
                       .started = process_start},
                      http_log);

@@ -353,15 +353,15 @@ TEST_F(HttpTest, ARealPrometheusScrapesItAndEveryDashboardQueryHasData) {
       R"(cfdb_worker_retirement_timestamp_seconds{rule="max_lifetime"})");
   ASSERT_FALSE(retires.empty());
   EXPECT_GT(std::stod(retires), static_cast<double>(time(nullptr)));
-  // Two scrapes more, so that every rate has two samples past the job.
-  std::this_thread::sleep_for(seconds(3));
   std::ifstream file(CFDB_DASHBOARD);
   const nlohmann::json dashboard = nlohmann::json::parse(file);
   int queries = 0;
   for (const nlohmann::json& panel : dashboard["panels"]) {
     for (const nlohmann::json& target : panel["targets"]) {
       const std::string expr = target["expr"];
-      EXPECT_FALSE(prometheus.Query(expr).empty())
+      // A rate has data once two scrapes are in its range: waited for.
+      EXPECT_TRUE(test_support::WaitFor(
+          [&] { return !prometheus.Query(expr).empty(); }, seconds(10)))
           << panel["title"] << ": " << expr;
       ++queries;
     }
