@@ -90,9 +90,12 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
   Daemon below({"--idle-timeout-seconds", "0"});
   LegacyServer legacy;
   const std::string unreachable = "127.0.0.1:1";
+  // The threshold is wide, so that the below-threshold worker stays below
+  // it however long the reap process takes to start (1.6 s under ASan);
+  // the busy job starts after the wait and outlasts the reap.
+  WaitIdleFor(idle.address(), 4.1);
   test_support::BackgroundDispatch job(busy.address(),
-                                       ExecRequest({"sleep", "4"}));
-  WaitIdleFor(idle.address(), 1.3);
+                                       ExecRequest({"sleep", "8"}));
   auto below_connection = WorkerConnection::Open(below.address());
   ASSERT_TRUE((*below_connection)->Dispatch(ExecRequest({"true"}), {}).ok());
   // Its end reaches us a moment before the job leaves the docket.
@@ -100,15 +103,14 @@ TEST(ReapTest, EachWorkerGetsTheActionItsStateCalls) {
     return (*below_connection)->IdleTime(seconds(1)).value_or(0) > 0;
   }));
 
-  auto [outcome, lines] =
-      ReapJson({"--idle-threshold-seconds", "1.2", "--grace-seconds", "5",
-                idle.address(), busy.address(), below.address(),
-                legacy.address(), unreachable});
+  auto [outcome, lines] = ReapJson(
+      {"--idle-threshold-seconds", "4", "--grace-seconds", "5", idle.address(),
+       busy.address(), below.address(), legacy.address(), unreachable});
   (void)job.Outcome();
   EXPECT_EQ(outcome, JobOutcome::Exited(1)) << "one could not be polled";
   ASSERT_EQ(lines.size(), 5u);
   EXPECT_EQ(lines[idle.address()]["action"], "stopped");
-  EXPECT_GE(lines[idle.address()]["idle_seconds"].get<double>(), 1.2);
+  EXPECT_GE(lines[idle.address()]["idle_seconds"].get<double>(), 4);
   EXPECT_EQ(lines[idle.address()]["drained"], 0);
   EXPECT_EQ(lines[busy.address()]["action"], "kept busy");
   EXPECT_EQ(lines[below.address()]["action"], "kept below threshold");
