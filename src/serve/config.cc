@@ -9,6 +9,7 @@
 #include "rpc/san_match.h"
 #include "rpc/tls_files.h"
 #include "serve/address.h"
+#include "serve/pod_deletion_cost.h"
 #include "serve/tls_knobs.h"
 
 namespace cfdb::worker {
@@ -64,7 +65,8 @@ absl::Status CheckNumbers(const ServeConfig& c, const Settings* given) {
 
 // ComputeDefaults sets what is computed unless given: the concurrency (the
 // number of CPUs), the lifetime's jitter (a tenth of it), a poll deadline
-// no longer than its interval, the ECS agent's endpoint.
+// no longer than its interval, the ECS agent's endpoint, the pod and its
+// API server.
 void ComputeDefaults(const Settings& settings, ServeConfig& c) {
   RetirementOptions& r = c.retirement;
   if (!settings.Get("--max-concurrent-tasks").explicit_value) {
@@ -79,6 +81,7 @@ void ComputeDefaults(const Settings& settings, ServeConfig& c) {
     r.idle_poll_deadline = std::min(r.idle_poll_deadline, r.idle_poll_interval);
   }
   c.scale_in.agent_uri = settings.env()("ECS_AGENT_URI").value_or("");
+  FindPod(settings.env(), c.deletion_cost);
 }
 
 // CheckJobUidsSpareTheWorker refuses a job user whose uids (one per job
@@ -189,6 +192,12 @@ absl::StatusOr<PreparedServe> PrepareServe(ServeConfig config,
   // Past the idle timeout the worker has retired: no job can come.
   if (c.retirement.idle_timeout > Duration::zero()) {
     c.scale_in.hold = std::min(c.scale_in.hold, c.retirement.idle_timeout);
+    c.deletion_cost.hold =
+        std::min(c.deletion_cost.hold, c.retirement.idle_timeout);
+  }
+  if (absl::Status s = CheckPod(c.deletion_cost); !s.ok()) {
+    return Named(given, "--k8s-deletion-cost", "true")
+        .Bad(std::string(s.message()));
   }
   if (absl::Status s = PrepareExec(given, p); !s.ok()) return s;
   absl::StatusOr<Credentials> credentials = MakeCredentials(c.tls);

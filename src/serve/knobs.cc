@@ -239,6 +239,48 @@ std::span<const Knob> AllKnobs() {
        .range = kNonNegative,
        .serve = [](const Setting& s,
                    ServeConfig& c) { return s.Read(c.scale_in.hold); }},
+      {.flag = "--k8s-deletion-cost",
+       .variable = "CFDB_WORKER_K8S_DELETION_COST",
+       .type = kSwitch,
+       .fallback = false,
+       .help = "mark the worker's own pod busy while a job is in flight "
+               "(pod-deletion-cost, karpenter.sh/do-not-disrupt) through "
+               "the Kubernetes API; needs POD_NAME and a service account "
+               "that may patch pods (docs/KUBERNETES.md)",
+       .serve = [](const Setting& s,
+                   ServeConfig& c) { return s.Read(c.deletion_cost.enabled); }},
+      {.flag = "--k8s-busy-deletion-cost",
+       .variable = "CFDB_WORKER_K8S_BUSY_DELETION_COST",
+       .type = kInteger,
+       .fallback = Defaults().deletion_cost.busy_cost,
+       .metavar = "COST",
+       .help = "the pod's controller.kubernetes.io/pod-deletion-cost while "
+               "busy (0 when idle)",
+       .range = Between(0, 2147483647),
+       .serve =
+           [](const Setting& s, ServeConfig& c) {
+             return s.Read(c.deletion_cost.busy_cost);
+           }},
+      {.flag = "--k8s-hold-seconds",
+       .variable = "CFDB_WORKER_K8S_HOLD_SECONDS",
+       .type = kSeconds,
+       .fallback = SecondsOf(Defaults().deletion_cost.hold),
+       .metavar = "SECONDS",
+       .help = "keep the pod marked busy this long after the last job ends, "
+               "so a job soon after costs no API call (at most the idle "
+               "timeout)",
+       .range = kNonNegative,
+       .serve = [](const Setting& s,
+                   ServeConfig& c) { return s.Read(c.deletion_cost.hold); }},
+      {.flag = "--k8s-service-account-dir",
+       .variable = "CFDB_WORKER_K8S_SERVICE_ACCOUNT_DIR",
+       .fallback = std::string_view(kServiceAccountDir),
+       .metavar = "PATH",
+       .help = "the pod's service account folder (token, ca.crt, namespace)",
+       .serve =
+           [](const Setting& s, ServeConfig& c) {
+             return s.NonEmpty(c.deletion_cost.service_account_dir);
+           }},
       {.flag = "--metrics-interval-seconds",
        .variable = "CFDB_WORKER_METRICS_INTERVAL_SECONDS",
        .type = kSeconds,

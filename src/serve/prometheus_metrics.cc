@@ -120,7 +120,9 @@ Samples SamplesOf(const MetricRow& row, const MetricsReading& w,
   }
   if (n == "cfdb_worker_control_plane_calls_total") {
     return {{{"ecs_agent", "ok"}, double(w.agent_calls_ok)},
-            {{"ecs_agent", "failed"}, double(w.agent_calls_failed)}};
+            {{"ecs_agent", "failed"}, double(w.agent_calls_failed)},
+            {{"kubernetes", "ok"}, double(w.kubernetes_calls_ok)},
+            {{"kubernetes", "failed"}, double(w.kubernetes_calls_failed)}};
   }
   if (n == "cfdb_worker_rpcs_total") return RpcSamples(w.rpcs);
   if (n == "cfdb_worker_admission_refusals_total") {

@@ -90,7 +90,7 @@ inline constexpr MetricRow kMetricTable[] = {
      "1 while the ECS agent holds the task protected from scale-in, else 0 "
      "(0 without --ecs-scale-in-protection)."},
     {"cfdb_worker_control_plane_calls_total", MetricType::kCounter,
-     "api,result", "api: ecs_agent; result: ok,failed",
+     "api,result", "api: ecs_agent,kubernetes; result: ok,failed",
      "Calls to the orchestrator's API, by API and result."},
     {"cfdb_worker_rpcs_total", MetricType::kCounter, "method,code",
      "method: the RPCs of rpcs.h, and unknown; code: gRPC's status code "
@@ -156,6 +156,9 @@ struct MetricsReading {
   bool scale_in_protected = false;
   uint64_t agent_calls_ok = 0;
   uint64_t agent_calls_failed = 0;
+  // The Kubernetes API server's (the pod deletion cost).
+  uint64_t kubernetes_calls_ok = 0;
+  uint64_t kubernetes_calls_failed = 0;
   RpcCounts rpcs;
   std::string version;
   // Null: the histograms are empty.

@@ -1,17 +1,11 @@
 #include "serve/scale_in.h"
 
-#define CURL_DISABLE_TYPECHECK  // calls go through LibCurl's pointers
-#include <curl/curl.h>
-#include <dlfcn.h>
-
-#include <algorithm>
-#include <type_traits>
-
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/text.h"
 #include "nlohmann/json.hpp"
+#include "serve/http_call.h"
 #include "spdlog/spdlog.h"
 
 namespace cfdb::worker {
@@ -79,140 +73,49 @@ Duration ProtectionPolicy::Failed(TimePoint now, bool attempted) {
 
 namespace {
 
-// Appends what the agent answers, up to 64 KiB.
-size_t Collect(char* data, size_t size, size_t count, void* out) {
-  auto* body = static_cast<std::string*>(out);
-  const size_t n = size * count;
-  body->append(data, std::min(n, (size_t{64} << 10) -
-                                     std::min(body->size(), size_t{64} << 10)));
-  return n;
-}
-
-// Ends the transfer once the worker is exiting.
-int Progress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<const std::atomic<bool>*>(cancel)->load() ? 1 : 0;
-}
-
-// LibCurl is libcurl loaded on first use (dlopen), not linked: a worker
-// without scale-in protection, which is most, then starts without mapping
-// libcurl and the two dozen libraries it pulls in (TLS, LDAP, Kerberos,
-// ...), which cost it about a third of its cold start and resident memory.
-struct LibCurl {
-  decltype(&curl_global_init) global_init;
-  decltype(&curl_easy_init) easy_init;
-  decltype(&curl_easy_cleanup) easy_cleanup;
-  decltype(&curl_easy_setopt) easy_setopt;
-  decltype(&curl_easy_perform) easy_perform;
-  decltype(&curl_easy_getinfo) easy_getinfo;
-  decltype(&curl_easy_strerror) easy_strerror;
-  decltype(&curl_slist_append) slist_append;
-  decltype(&curl_slist_free_all) slist_free_all;
-
-  // Get loads libcurl once (and runs curl_global_init); the error names
-  // what was missing. Thread-safe.
-  static const absl::StatusOr<LibCurl>& Get() {
-    static const absl::StatusOr<LibCurl>* const loaded =
-        new absl::StatusOr<LibCurl>(Load());  // never unloaded
-    return *loaded;
-  }
-
- private:
-  static absl::StatusOr<LibCurl> Load() {
-    void* const so = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-    if (so == nullptr) {
-      return absl::FailedPreconditionError(
-          // Load runs once, inside Get's static initialisation.
-          absl::StrCat("cannot load libcurl: ",
-                       dlerror()));  // NOLINT(concurrency-mt-unsafe)
-    }
-    LibCurl lib{};
-    bool missing = false;
-    auto find = [&](auto& function, const char* name) {
-      function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(
-          dlsym(so, name));
-      missing = missing || function == nullptr;
-    };
-    find(lib.global_init, "curl_global_init");
-    find(lib.easy_init, "curl_easy_init");
-    find(lib.easy_cleanup, "curl_easy_cleanup");
-    find(lib.easy_setopt, "curl_easy_setopt");
-    find(lib.easy_perform, "curl_easy_perform");
-    find(lib.easy_getinfo, "curl_easy_getinfo");
-    find(lib.easy_strerror, "curl_easy_strerror");
-    find(lib.slist_append, "curl_slist_append");
-    find(lib.slist_free_all, "curl_slist_free_all");
-    if (missing) {
-      return absl::FailedPreconditionError(
-          "libcurl.so.4 lacks a function the worker calls");
-    }
-    lib.global_init(CURL_GLOBAL_DEFAULT);
-    return lib;
-  }
-};
-
 class CurlAgent final : public AgentClient {
  public:
   CurlAgent(std::string url, Duration timeout)
-      : url_(std::move(url)),
-        timeout_ms_(
-            std::chrono::duration_cast<std::chrono::milliseconds>(timeout)
-                .count()) {}
+      : url_(std::move(url)), timeout_(timeout) {}
 
   absl::Status SetProtection(bool enabled, int expires_minutes,
                              const std::atomic<bool>& cancel) override {
-    const absl::StatusOr<LibCurl>& lib = LibCurl::Get();
-    if (!lib.ok()) return lib.status();
-    std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(lib->easy_init(),
-                                                             lib->easy_cleanup);
-    if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
     nlohmann::json request = {{"ProtectionEnabled", enabled}};
     if (enabled) request["ExpiresInMinutes"] = expires_minutes;
-    const std::string body = request.dump();
-    std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(
-        lib->slist_append(nullptr, "Content-Type: application/json"),
-        lib->slist_free_all);
-    std::string answer;
-    CURL* c = curl.get();
-    lib->easy_setopt(c, CURLOPT_URL, url_.c_str());
-    lib->easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
-    lib->easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-    lib->easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
-    lib->easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    lib->easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms_);
-    lib->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM
-    // The agent is local to the task: never through a proxy of the
-    // environment, and plain HTTP only.
-    lib->easy_setopt(c, CURLOPT_NOPROXY, "*");
-    lib->easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
-    lib->easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    lib->easy_setopt(c, CURLOPT_XFERINFOFUNCTION, &Progress);
-    lib->easy_setopt(c, CURLOPT_XFERINFODATA, &cancel);
-    lib->easy_setopt(c, CURLOPT_WRITEFUNCTION, &Collect);
-    lib->easy_setopt(c, CURLOPT_WRITEDATA, &answer);
-    const CURLcode rc = lib->easy_perform(c);
-    if (rc == CURLE_ABORTED_BY_CALLBACK) {
-      return absl::UnavailableError("abandoned: the worker is exiting");
-    }
-    if (rc != CURLE_OK) {
-      return absl::UnavailableError(
-          absl::StrCat(url_, ": ", lib->easy_strerror(rc)));
-    }
-    long code = 0;
-    lib->easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    const nlohmann::json reply =
-        nlohmann::json::parse(answer, nullptr, /*allow_exceptions=*/false);
+    const absl::StatusOr<HttpAnswer> answer =
+        Perform({.method = "PUT",
+                 .url = url_,
+                 .headers = {"Content-Type: application/json"},
+                 .body = request.dump(),
+                 .timeout = timeout_,
+                 .cancel = &cancel});
+    if (!answer.ok()) return answer.status();
+    const nlohmann::json reply = nlohmann::json::parse(
+        answer->body, nullptr, /*allow_exceptions=*/false);
     const bool failed = reply.is_object() &&
                         (reply.contains("failure") || reply.contains("error"));
-    if (code < 200 || code >= 300 || failed) {
-      return absl::InternalError(
-          absl::StrCat(url_, ": HTTP ", code, ": ", EscapedForLog(answer)));
+    if (answer->status < 200 || answer->status >= 300 || failed) {
+      return absl::InternalError(absl::StrCat(
+          url_, ": HTTP ", answer->status, ": ", EscapedForLog(answer->body)));
     }
     return absl::OkStatus();
   }
 
+  const ControlPlane& plane() const override {
+    static const ControlPlane kEcs{.api = "ecs_agent",
+                                   .feature = "scale-in protection",
+                                   .peer = "the ECS agent",
+                                   .field = "scale_in_protection",
+                                   .busy_text =
+                                       "enabled for {} min (a job "
+                                       "is in flight)",
+                                   .idle_text = "disabled (idle)"};
+    return kEcs;
+  }
+
  private:
   const std::string url_;
-  const long timeout_ms_;
+  const Duration timeout_;
 };
 
 }  // namespace
@@ -266,13 +169,18 @@ int ScaleInProtection::failed_calls() const {
   return failed_calls_;
 }
 
+bool ScaleInProtection::off() const {
+  absl::MutexLock lock(&mu_);
+  return off_;
+}
+
 void ScaleInProtection::Run() {
   for (;;) {
     bool enable = false;
     bool renewal = false;
     {
       absl::MutexLock lock(&mu_);
-      if (stop_) return;
+      if (stop_ || off_) return;
       changed_ = false;
       const TimePoint now = std::chrono::steady_clock::now();
       const std::optional<bool> due = policy_.Due(now);
@@ -299,16 +207,26 @@ void ScaleInProtection::Run() {
 void ScaleInProtection::Record(bool enable, bool renewal,
                                const absl::Status& status) {
   const TimePoint now = std::chrono::steady_clock::now();
+  const ControlPlane& plane = agent_->plane();
+  if (absl::IsPermissionDenied(status) || absl::IsNotFound(status)) {
+    ++failed_calls_;
+    off_ = true;
+    spdlog::warn("{}: {} refused \"{}\" for good: {}; turning it off",
+                 plane.feature, plane.peer, enable ? "busy" : "idle",
+                 status.ToString());
+    return;
+  }
   if (!status.ok()) {
     ++failed_calls_;
     const Duration delay = policy_.Failed(now, enable);
     if (policy_.failures() == 1) {
       spdlog::warn(
-          "scale-in protection: the ECS agent did not take \"{}\": {}; "
-          "retrying in {:.1f} s and on, with backoff, until it does",
-          enable ? "enabled" : "disabled", status.ToString(), ToSeconds(delay));
+          "{}: {} did not take \"{}\": {}; retrying in {:.1f} s and on, "
+          "with backoff, until it does",
+          plane.feature, plane.peer, enable ? "enabled" : "disabled",
+          status.ToString(), ToSeconds(delay));
     } else {
-      spdlog::debug("scale-in protection: failed again ({}): {}",
+      spdlog::debug("{}: failed again ({}): {}", plane.feature,
                     policy_.failures(), status.ToString());
     }
     return;
@@ -316,20 +234,19 @@ void ScaleInProtection::Record(bool enable, bool renewal,
   const int failures = policy_.failures();
   policy_.Applied(now, enable);
   if (failures > 0) {
-    spdlog::info(
-        "scale-in protection: the ECS agent answered again after {} failed "
-        "calls",
-        failures);
+    spdlog::info("{}: {} answered again after {} failed calls", plane.feature,
+                 plane.peer, failures);
   }
   if (renewal) {
-    spdlog::debug("scale-in protection: renewed for {} min", expires_minutes_);
+    spdlog::debug("{}: renewed for {} min", plane.feature, expires_minutes_);
     return;
   }
   LogEvent(spdlog::level::info,
-           enable ? absl::StrCat("scale-in protection: enabled for ",
-                                 expires_minutes_, " min (a job is in flight)")
-                  : std::string("scale-in protection: disabled (idle)"),
-           {{"scale_in_protection", enable}});
+           absl::StrCat(plane.feature, ": ",
+                        enable ? fmt::format(fmt::runtime(plane.busy_text),
+                                             expires_minutes_)
+                               : plane.idle_text),
+           {{plane.field, enable}});
 }
 
 }  // namespace cfdb::worker

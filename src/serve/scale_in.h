@@ -107,18 +107,33 @@ class ProtectionPolicy {
                    kAgentRetryMaxDelay};
 };
 
-// AgentClient sets the task's protection. Implementations are called from
-// one thread at a time.
+// ControlPlane names an orchestrator's API for the log and the metrics.
+struct ControlPlane {
+  std::string api;      // cfdb_worker_control_plane_calls_total's label
+  std::string feature;  // each log line's prefix
+  std::string peer;     // who answers, as the log says it
+  std::string field;    // the JSON log's field of each state change
+  // The log's text of each state change; {} in busy_text: the expiry in
+  // minutes.
+  std::string busy_text;
+  std::string idle_text;
+};
+
+// AgentClient sets the task's (or pod's) busy state at an orchestrator.
+// Implementations are called from one thread at a time.
 class AgentClient {
  public:
   virtual ~AgentClient() = default;
-  // SetProtection asks for `enabled` with an expiry of `expires_minutes`.
-  // OK on a 2xx answer without a failure in it; UNAVAILABLE (the agent
-  // could not be reached or timed out, or `cancel` was set) or INTERNAL
-  // (it answered with an error) otherwise. Returns soon after `cancel`
-  // becomes true.
+  // SetProtection asks for `enabled` (busy) with an expiry of
+  // `expires_minutes`. OK on a 2xx answer without a failure in it;
+  // UNAVAILABLE (the API could not be reached or timed out, or `cancel`
+  // was set) or INTERNAL (it answered with an error): retried with
+  // backoff; PERMISSION_DENIED or NOT_FOUND (the API will never take it):
+  // the feature turns off. Returns soon after `cancel` becomes true.
   virtual absl::Status SetProtection(bool enabled, int expires_minutes,
                                      const std::atomic<bool>& cancel) = 0;
+  // plane names the API; the same object for the client's lifetime.
+  virtual const ControlPlane& plane() const = 0;
 };
 
 // CurlAgentClient calls `$ECS_AGENT_URI/task-protection/v1/state` with
@@ -132,7 +147,9 @@ std::unique_ptr<AgentClient> CurlAgentClient(std::string agent_uri,
 // docket's state as Changed() last read it (from the docket's edge
 // listener), and renewals, retries and the hold's end as they fall due. It
 // never calls into the worker itself, so it may outlive it. Logs each state
-// change, and each failure once per streak. Thread-safe.
+// change, and each failure once per streak. A call the API refuses for good
+// (PERMISSION_DENIED, NOT_FOUND) turns it off, with one warning: no call
+// follows. Thread-safe.
 class ScaleInProtection {
  public:
   // `expires` and `hold` as for ProtectionPolicy; each call of `agent`
@@ -158,6 +175,9 @@ class ScaleInProtection {
   // the agent did not take (for the metrics and tests).
   int calls() const;
   int failed_calls() const;
+  // off returns whether a refusal turned it off.
+  bool off() const;
+  const ControlPlane& plane() const { return agent_->plane(); }
 
  private:
   void Run();
@@ -172,6 +192,7 @@ class ScaleInProtection {
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
   int failed_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool off_ ABSL_GUARDED_BY(mu_) = false;
   CondVar wake_;
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <filesystem>
 #include <limits>
@@ -32,6 +33,7 @@
 #include "serve/logging.h"
 #include "serve/memory_trim.h"
 #include "serve/metrics.h"
+#include "serve/pod_deletion_cost.h"
 #include "serve/prometheus_metrics.h"
 #include "serve/retirement.h"
 #include "serve/scale_in.h"
@@ -153,6 +155,23 @@ std::unique_ptr<ScaleInProtection> StartScaleInProtection(
   return protection;
 }
 
+// StartDeletionCost starts the pod deletion cost if it is on (PrepareServe
+// checked that the pod and its service account are there).
+std::unique_ptr<ScaleInProtection> StartDeletionCost(
+    const PodDeletionCostOptions& o) {
+  if (!o.enabled) return nullptr;
+  // The annotations do not expire: the longest expiry makes its renewal
+  // (which also restores an annotation someone removed) daily.
+  auto marks = std::make_unique<ScaleInProtection>(
+      std::chrono::minutes(kMaxProtectionExpiresMinutes), o.hold,
+      KubernetesPodClient(o, kAgentCallTimeout));
+  spdlog::info(
+      "pod deletion cost: on for pod {}/{} at {}; marked busy while a job is "
+      "in flight and for {:.1f} s after the last",
+      o.pod_namespace, o.pod_name, o.api_server, ToSeconds(o.hold));
+  return marks;
+}
+
 // StartMetrics starts the EMF metrics if they are on (an interval, and JSON
 // logs to carry them).
 std::unique_ptr<MetricsReporter> StartMetrics(const ServeConfig& config,
@@ -191,7 +210,8 @@ struct Observed {
   const Worker& worker;
   WorkerServer& server;
   const RetirementPolicy& policy;
-  const ScaleInProtection* protection;  // null: off
+  const ScaleInProtection* protection;     // null: off
+  const ScaleInProtection* deletion_cost;  // null: off
   const JobHistograms& histograms;
   TimePoint started;  // the process's start, for the uptime
 };
@@ -215,6 +235,12 @@ MetricsReading ReadMetrics(const Observed& o) {
     const int failed = o.protection->failed_calls();
     r.agent_calls_failed = static_cast<uint64_t>(failed);
     r.agent_calls_ok = static_cast<uint64_t>(o.protection->calls() - failed);
+  }
+  if (o.deletion_cost != nullptr) {
+    const int failed = o.deletion_cost->failed_calls();
+    r.kubernetes_calls_failed = static_cast<uint64_t>(failed);
+    r.kubernetes_calls_ok =
+        static_cast<uint64_t>(o.deletion_cost->calls() - failed);
   }
   r.retained = r.jobs.known;
   if (const std::optional<StopState> stop = worker.stop_state()) {
@@ -528,6 +554,8 @@ absl::Status ServeWorker(
   // (docs/DEPLOY.md).
   std::unique_ptr<ScaleInProtection> protection =
       StartScaleInProtection(config.scale_in);
+  std::unique_ptr<ScaleInProtection> deletion_cost =
+      StartDeletionCost(config.deletion_cost);
   // `shutdown` is declared after the worker so its signal thread, which
   // calls the worker, is joined before the worker goes away.
   // Declared before the worker, which feeds it until it is gone.
@@ -536,10 +564,14 @@ absl::Status ServeWorker(
   worker.OnJobEnd([&histograms](const Worker::JobTiming& timing) {
     histograms.Observe(timing);
   });
-  if (protection != nullptr) {
-    worker.OnBusyEdge([&worker, p = protection.get()] {
-      p->Changed([&worker] { return worker.docket().in_flight() > 0; });
-    });
+  if (protection != nullptr || deletion_cost != nullptr) {
+    worker.OnBusyEdge(
+        [&worker, marks = std::array{protection.get(), deletion_cost.get()}] {
+          for (ScaleInProtection* p : marks) {
+            if (p == nullptr) continue;
+            p->Changed([&worker] { return worker.docket().in_flight() > 0; });
+          }
+        });
   }
   Shutdown shutdown;
   absl::Status listening = shutdown.ListenForSignals(
@@ -587,6 +619,7 @@ absl::Status ServeWorker(
                       .server = **server,
                       .policy = policy,
                       .protection = protection.get(),
+                      .deletion_cost = deletion_cost.get(),
                       .histograms = histograms,
                       .started = process_start},
                      http_log);

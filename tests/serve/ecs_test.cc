@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/daemon.h"
+#include "support/fake_api.h"
 #include "support/go_file.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
@@ -24,53 +25,15 @@ using test_support::Daemon;
 using test_support::ExecRequest;
 using ::testing::HasSubstr;
 
-// FakeAgent runs fake_ecs_agent.py ARGS and reads the requests it answered.
-class FakeAgent {
+// FakeAgent runs fake_ecs_agent.py ARGS.
+class FakeAgent : public test_support::FakeApi {
  public:
   explicit FakeAgent(std::vector<std::string> args)
-      : job_([&] {
-          std::vector<std::string> argv = {"/usr/bin/python3",
-                                           CFDB_FAKE_ECS_AGENT};
-          argv.insert(argv.end(), args.begin(), args.end());
-          return ExecRequest(argv);
-        }()) {
-    thread_ = std::thread([this] { RunExec(job_); });
-    EXPECT_TRUE(job_.WaitForOutput("listening "));
-    const std::string out = job_.out();
-    port_ = std::stoi(out.substr(out.find("listening ") + 10));
-  }
-  ~FakeAgent() {
-    job_.Cancel();
-    thread_.join();
-  }
+      : FakeApi(CFDB_FAKE_ECS_AGENT, std::move(args)) {}
   // The task's agent URI, as ECS sets ECS_AGENT_URI.
   std::string uri() const {
-    return absl::StrCat("http://127.0.0.1:", port_, "/api/task-1");
+    return absl::StrCat("http://127.0.0.1:", port(), "/api/task-1");
   }
-  // Requests returns the requests answered so far.
-  std::vector<nlohmann::json> Requests() {
-    std::vector<nlohmann::json> requests;
-    for (absl::string_view line : absl::StrSplit(job_.out(), '\n')) {
-      if (!line.empty() && line[0] == '{') {
-        requests.push_back(nlohmann::json::parse(std::string(line)));
-      }
-    }
-    return requests;
-  }
-  bool WaitForRequests(size_t n) {
-    return test_support::WaitFor([&] { return Requests().size() >= n; },
-                                 seconds(20));
-  }
-  // WaitForArrival waits for request `n` (from 0) to arrive, answered or
-  // not.
-  bool WaitForArrival(int n) {
-    return job_.WaitForOutput(absl::StrCat("arrived ", n, "\n"));
-  }
-
- private:
-  CollectingJob job_;
-  std::thread thread_;
-  int port_ = 0;
 };
 
 std::vector<std::string> WithAgent(const FakeAgent& agent) {

@@ -235,6 +235,8 @@ class FakeAgent final : public AgentClient {
     absl::Mutex mu;
     std::vector<bool> calls ABSL_GUARDED_BY(mu);
     int fail_first ABSL_GUARDED_BY(mu) = 0;
+    absl::StatusCode fail_with ABSL_GUARDED_BY(mu) =
+        absl::StatusCode::kInternal;
     bool hold ABSL_GUARDED_BY(mu) = false;
     bool holding ABSL_GUARDED_BY(mu) = false;
   };
@@ -255,9 +257,13 @@ class FakeAgent final : public AgentClient {
     if (cancel) return absl::UnavailableError("abandoned");
     if (shared_.fail_first > 0) {
       --shared_.fail_first;
-      return absl::InternalError("HTTP 500");
+      return absl::Status(shared_.fail_with, "HTTP 500");
     }
     return absl::OkStatus();
+  }
+  const ControlPlane& plane() const override {
+    static const ControlPlane kFake{.api = "fake", .feature = "fake"};
+    return kFake;
   }
 
  private:
@@ -304,6 +310,27 @@ TEST_F(ScaleInProtectionTest, AFailedEnableIsRetriedUntilItTakes) {
   ASSERT_TRUE(test_support::WaitFor([&] { return protection->applied(); },
                                     seconds(10)));
   EXPECT_EQ(Calls(), (std::vector<bool>{true, true}));
+}
+
+// A refusal for good (403, 404) turns it off: no call follows, busy or
+// idle; a transient error does not (above).
+TEST_F(ScaleInProtectionTest, ARefusalForGoodTurnsItOff) {
+  for (const absl::StatusCode code :
+       {absl::StatusCode::kPermissionDenied, absl::StatusCode::kNotFound}) {
+    {
+      absl::MutexLock lock(&shared_.mu);
+      shared_.calls.clear();
+      shared_.fail_first = 1;
+      shared_.fail_with = code;
+    }
+    auto protection = Start();
+    Set(*protection, true);
+    ASSERT_TRUE(test_support::WaitFor([&] { return protection->off(); }));
+    Set(*protection, false);
+    Set(*protection, true);
+    protection.reset();  // joined: no call can follow
+    EXPECT_EQ(Calls(), (std::vector<bool>{true})) << code;
+  }
 }
 
 // An agent that hangs holds neither the edge listener nor anything else;

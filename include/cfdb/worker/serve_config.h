@@ -85,6 +85,36 @@ struct ScaleInOptions {
   std::string agent_uri;
 };
 
+// The folder Kubernetes mounts a pod's service account in.
+inline constexpr char kServiceAccountDir[] =
+    "/var/run/secrets/kubernetes.io/serviceaccount";
+
+// PodDeletionCostOptions turn on busy-aware Kubernetes scale-in: while a job
+// is in flight (and for `hold` after), the worker's own pod carries
+// `controller.kubernetes.io/pod-deletion-cost: busy_cost` (a ReplicaSet
+// scaling down deletes the cheapest pods first) and
+// `karpenter.sh/do-not-disrupt: "true"`; when idle, a cost of 0 and no
+// do-not-disrupt (docs/KUBERNETES.md).
+struct PodDeletionCostOptions {
+  bool enabled = false;
+  // The deletion cost while busy (0 .. 2^31-1, Kubernetes' int32 range).
+  int busy_cost = 1000000;
+  // The annotations stay busy this long after the docket empties; at most
+  // the idle timeout (when there is one) takes effect.
+  Duration hold = std::chrono::seconds(60);
+  // The service account's folder: its `token` (re-read for every call, as
+  // projected tokens rotate), `ca.crt` and `namespace`.
+  std::string service_account_dir = kServiceAccountDir;
+  // Found at start from the environment: the API server
+  // (https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT), the pod's
+  // name ($POD_NAME) and namespace ($POD_NAMESPACE, else the service
+  // account's `namespace` file). Empty when not found; enabled without
+  // them, the worker refuses to start.
+  std::string api_server;
+  std::string pod_name;
+  std::string pod_namespace;
+};
+
 // LogFormat is how the log is written: text for people, or one JSON object
 // per line (for CloudWatch, and needed by the EMF metrics).
 enum class LogFormat { kText, kJson };
@@ -112,6 +142,7 @@ struct ServeConfig {
   int http_port = -1;
   std::string http_host;
   ScaleInOptions scale_in;
+  PodDeletionCostOptions deletion_cost;
   // One EMF metrics line this often, with JSON logs (zero: none), with
   // this Service dimension.
   Duration metrics_interval = std::chrono::seconds(60);
