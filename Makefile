@@ -30,6 +30,7 @@ deps:
 	  scripts/install-deps.sh
 	@[ "$(TESTS)" = OFF ] || scripts/fetch-npm.sh $(BUILD)/cfnspec @aws-cdk/cfnspec@2.72.1
 	@[ "$(TESTS)" = OFF ] || scripts/fetch-npm.sh $(BUILD)/node @grpc/grpc-js@1.14.7 @grpc/proto-loader@0.8.1
+	@[ "$(TESTS)" = OFF ] || scripts/fetch-npm.sh $(BUILD)/k8s-schemas kubernetes-models@5.1.0 @kubernetes-models/keda@2.0.0
 
 $(BUILD)/build.ninja: CMakeLists.txt tests/CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
