@@ -89,7 +89,8 @@ TEST(EcsScaleInTest, TwentySequentialJobsMakeTwoCalls) {
                 WithAgent(agent));
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection = Connect(daemon);
-  for (int i = 0; i < 19; ++i) RunJob(*connection, {"true"});
+  test_support::RunJobUntilArrival(*connection, agent, 0);
+  for (int i = 0; i < 18; ++i) RunJob(*connection, {"true"});
   // The docket empties after this moment for the last time.
   const auto before_last = std::chrono::steady_clock::now();
   RunJob(*connection, {"true"});
@@ -111,7 +112,7 @@ TEST(EcsScaleInTest, AWorkerThatStopsInTheHoldMakesNoCall) {
   Daemon daemon({"--idle-timeout-seconds", "0", "--ecs-scale-in-protection"},
                 WithAgent(agent));  // the default hold, 60 s
   auto connection = Connect(daemon);
-  RunJob(*connection, {"true"});
+  test_support::RunJobUntilArrival(*connection, agent, 0);
   ASSERT_TRUE(agent.WaitForRequests(1)) << daemon.log();
   EXPECT_TRUE(connection->Stop(seconds(5), seconds(30)).ok());
   ASSERT_EQ(daemon.Wait(), JobOutcome::Exited(0));

@@ -108,7 +108,9 @@ TEST(PodDeletionCostTest, TwentySequentialJobsMakeTwoPatches) {
   FakePod pod({"--tokens", "token-1"});
   Daemon daemon(pod.Flags("3"), pod.Env());
   ASSERT_GT(daemon.port(), 0) << daemon.log();
-  for (int i = 0; i < 20; ++i) RunJob(daemon, {"true"});
+  auto connection = *WorkerConnection::Open(daemon.address());
+  test_support::RunJobUntilArrival(*connection, pod.api(), 0);
+  for (int i = 0; i < 19; ++i) RunJob(daemon, {"true"});
   ASSERT_TRUE(pod.api().WaitForRequests(2)) << daemon.log();
   StopAndWait(daemon);
   const std::vector<nlohmann::json> requests = pod.api().Requests();
@@ -154,7 +156,8 @@ TEST(PodDeletionCostTest, A403TurnsItOffWithOneWarning) {
   FakePod pod({"--statuses", "403"});
   Daemon daemon(pod.Flags("0"), pod.Env());
   ASSERT_GT(daemon.port(), 0) << daemon.log();
-  RunJob(daemon, {"true"});
+  auto connection = *WorkerConnection::Open(daemon.address());
+  test_support::RunJobUntilArrival(*connection, pod.api(), 0);
   ASSERT_TRUE(pod.api().WaitForRequests(1)) << daemon.log();
   ASSERT_TRUE(daemon.WaitForLog("turning it off")) << daemon.log();
   RunJob(daemon, {"true"});

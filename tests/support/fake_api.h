@@ -11,8 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cfdb/worker/connection.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/go_file.h"
 #include "support/test_job.h"
 #include "support/wait_for.h"
 
@@ -66,5 +68,22 @@ class FakeApi {
   std::thread thread_;
   int port_ = 0;
 };
+
+// RunJobUntilArrival runs one job on `connection` that lasts until request
+// `n` arrived at `api`: a job that ended before the busy edge's call began
+// would rightly cost no call at all (the latest state wins), which a loaded
+// machine makes likely for a job as short as `true`.
+inline void RunJobUntilArrival(WorkerConnection& connection, FakeApi& api,
+                               int n) {
+  const GoFile go;
+  std::thread job([&] {
+    EXPECT_TRUE(
+        connection.Dispatch(ExecRequest({"sh", "-c", go.WaitCommand()}), {})
+            .ok());
+  });
+  EXPECT_TRUE(api.WaitForArrival(n));
+  go.Open();
+  job.join();
+}
 
 }  // namespace cfdb::worker::test_support
