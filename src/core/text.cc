@@ -1,5 +1,8 @@
 #include "core/text.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -59,6 +62,14 @@ std::string WithoutControlCharacters(std::string_view text) {
     }
   }
   return out;
+}
+
+std::optional<std::string> ReadFileText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace cfdb::worker

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,5 +30,9 @@ std::string CutUtf8(std::string_view text, std::size_t max);
 // text log's last line of defence, so that no message, whatever its
 // origin, can span two lines or carry a terminal escape.
 std::string WithoutControlCharacters(std::string_view text);
+
+// ReadFileText returns the whole text of the file at `path`, or nullopt
+// when it cannot be opened. Thread-safe.
+std::optional<std::string> ReadFileText(const std::string& path);
 
 }  // namespace cfdb::worker

@@ -13,15 +13,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/text.h"
 
 namespace cfdb::worker {
 namespace {
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadFileText(path).value_or("");
 }
 
 // RemoveTree removes the cgroup at `dir` and every cgroup below it,

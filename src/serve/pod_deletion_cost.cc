@@ -1,9 +1,5 @@
 #include "serve/pod_deletion_cost.h"
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/text.h"
@@ -16,11 +12,9 @@ namespace {
 // ReadTrimmed returns the file's text without surrounding white space, or
 // nullopt when it cannot be read.
 std::optional<std::string> ReadTrimmed(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return std::string(absl::StripAsciiWhitespace(text.str()));
+  const std::optional<std::string> text = ReadFileText(path);
+  if (!text) return std::nullopt;
+  return std::string(absl::StripAsciiWhitespace(*text));
 }
 
 absl::Status StatusOfAnswer(const std::string& url, const HttpAnswer& a) {

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/text.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 
@@ -155,10 +155,7 @@ std::optional<prometheus::ClientMetric> HistogramOf(const MetricRow& row,
 }
 
 std::string ReadWhole(const char* path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadFileText(path).value_or("");
 }
 
 // BootTime is the system's boot time in Unix seconds (/proc/stat's btime).
