@@ -16,6 +16,8 @@ if [ "${CFDB_DEPS:-all}" != build ]; then
     clang libclang-rt-14-dev clang-format clang-tidy-22 faketime python3-h2
     python3-grpcio python3-grpc-tools python3-setuptools openssl
     python3-jsonschema python3-yaml
+    # The DNS server of reap --addresses-from dns: tests.
+    python3-dnslib
     # promtool checks the /metrics output and the shipped alert rules.
     prometheus
     # The Python client's wheel, built and installed in a venv, and its

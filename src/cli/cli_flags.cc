@@ -11,7 +11,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cfdb/worker/errors.h"
 #include "cfdb/worker/exec.h"
+#include "cli/fleet_dns.h"
 #include "core/errno_text.h"
 #include "serve/address.h"
 #include "serve/logging.h"
@@ -58,6 +60,12 @@ int Usage(const CLI::App* command, absl::string_view what) {
             << (command != nullptr ? " " + command->get_name() : "") << ": "
             << what << "\n";
   return kExitUsage;
+}
+
+int GatherFailed(const CLI::App* command, const absl::Status& status) {
+  const int code = Usage(command, status.message());
+  return absl::IsInvalidArgument(status) ? code
+                                         : ExitCodeFor(ErrorKind::kTransient);
 }
 
 void KnobOptions::Add(std::span<const Knob* const> knobs) {
@@ -336,7 +344,8 @@ absl::StatusOr<StreamOffsets> JobFlags::Offsets() const {
   return from;
 }
 
-FleetFlags::FleetFlags(CLI::App* command, std::string_view what) {
+FleetFlags::FleetFlags(CLI::App* command, std::string_view what)
+    : command_name(command->get_name()) {
   command
       ->add_option("--concurrency", concurrency,
                    absl::StrCat("workers ", std::string(what),
@@ -345,8 +354,9 @@ FleetFlags::FleetFlags(CLI::App* command, std::string_view what) {
   command
       ->add_option("--addresses-from", addresses_from,
                    "a file of addresses, one per line ('-': stdin; blank "
-                   "lines and # comments skipped)")
-      ->type_name("FILE");
+                   "lines and # comments skipped), or dns:NAME:PORT, every "
+                   "A and AAAA record of NAME (a headless Service)")
+      ->type_name("FILE|dns:NAME:PORT");
   command
       ->add_option("address", addresses,
                    "HOST:PORT or unix:PATH ... ('-': read them from stdin)")
@@ -370,8 +380,20 @@ absl::Status FleetFlags::Gather(const std::vector<std::string>& more,
       out.push_back(address);
     }
   }
+  bool from_dns = false;
   if (addresses_from == "-") {
     ReadAddresses(std::cin, out);
+  } else if (absl::StartsWith(addresses_from, kDnsPrefix)) {
+    absl::StatusOr<std::vector<std::string>> fleet =
+        ResolveFleet(addresses_from);
+    if (!fleet.ok()) return fleet.status();
+    // A fleet scaled to zero: nothing to do, which is said.
+    if (fleet->empty()) {
+      std::cerr << "cfdb-worker " << command_name << ": --addresses-from: '"
+                << addresses_from << "' has no address records: no workers\n";
+    }
+    out.insert(out.end(), fleet->begin(), fleet->end());
+    from_dns = true;
   } else if (!addresses_from.empty()) {
     std::ifstream file(addresses_from);
     if (!file) {
@@ -381,7 +403,7 @@ absl::Status FleetFlags::Gather(const std::vector<std::string>& more,
     }
     ReadAddresses(file, out);
   }
-  if (out.empty()) {
+  if (out.empty() && !from_dns) {
     return absl::InvalidArgumentError(
         "no addresses (give them as arguments, '-' for stdin, or with "
         "--addresses-from)");

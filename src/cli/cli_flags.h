@@ -29,6 +29,11 @@ inline constexpr char kGraceMeaning[] =
 // (`command` null: no command yet), and returns kExitUsage.
 int Usage(const CLI::App* command, absl::string_view what);
 
+// GatherFailed reports FleetFlags::Gather's failure as Usage does and
+// returns its exit code: kExitUsage for a bad flag (INVALID_ARGUMENT), the
+// transient error's for a resolver that failed for now.
+int GatherFailed(const CLI::App* command, const absl::Status& status);
+
 // KnobOptions registers knobs (flag + variable, resolved in config.cc) as
 // options of a command and returns the ones given on the command line.
 class KnobOptions {
@@ -126,11 +131,13 @@ struct JobFlags {
 };
 
 // FleetFlags are the flags of a command over many workers: the addresses
-// (arguments, '-' for stdin, --addresses-from) and --concurrency.
+// (arguments, '-' for stdin, --addresses-from FILE or dns:NAME:PORT) and
+// --concurrency.
 struct FleetFlags {
   std::vector<std::string> addresses;
   std::string addresses_from;
   std::string concurrency = "64";
+  std::string command_name;
 
   // `what` says what is done to each worker at once ("polled").
   FleetFlags(CLI::App* command, std::string_view what);
@@ -140,9 +147,12 @@ struct FleetFlags {
     return !addresses.empty() || !more.empty() || !addresses_from.empty();
   }
   // Gather reads the addresses into `out`: those given, then `more` (after
-  // --), '-' among them and --addresses-from - read from stdin; and the
-  // concurrency. INVALID_ARGUMENT naming the flag when something is wrong
-  // (no address, one without a port, an unreadable file).
+  // --), '-' among them and --addresses-from - read from stdin, a dns:
+  // source resolved (fleet_dns.h); and the concurrency. INVALID_ARGUMENT
+  // naming the flag when something is wrong (no address, one without a
+  // port, an unreadable file, a malformed dns: source); UNAVAILABLE when
+  // the resolver failed for now. A dns: name without records is no
+  // workers, not an error.
   absl::Status Gather(const std::vector<std::string>& more,
                       std::vector<std::string>& out, int& at_once) const;
 };

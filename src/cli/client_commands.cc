@@ -378,7 +378,7 @@ Runner AddStatus(CLI::App& command) {
     int concurrency = 1;
     if (absl::Status s = flags->fleet.Gather(after, addresses, concurrency);
         !s.ok()) {
-      return Usage(flags->client.command, s.message());
+      return GatherFailed(flags->client.command, s);
     }
     return RunFleetStatus(*options, addresses, concurrency, json);
   };
@@ -393,7 +393,8 @@ std::vector<Command> ClientCommands() {
                  &AddHealth),
       RpcCommand(Rpc::kStop, "--grace-seconds S", &AddStop),
       RpcCommand(Rpc::kStatus,
-                 "[--format text|json] [ADDRESS... | --addresses-from FILE]",
+                 "[--format text|json] [ADDRESS... | --addresses-from "
+                 "FILE|dns:NAME:PORT]",
                  &AddStatus, /*takes_arguments=*/true)};
 }
 

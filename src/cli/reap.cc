@@ -173,7 +173,7 @@ std::vector<Command> ReapCommands() {
           auto options = flags->client.Resolve(std::chrono::seconds(5));
           if (!options) return kExitUsage;
           if (absl::Status s = flags->reap.Finish(after); !s.ok()) {
-            return Usage(flags->client.command, s.message());
+            return GatherFailed(flags->client.command, s);
           }
           flags->reap.reap.client = *options;
           return RunReap(flags->reap.reap);

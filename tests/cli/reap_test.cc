@@ -1,8 +1,11 @@
 // `cfdb-worker reap` against real workers in every state (issue 14).
 #include "cli/reap.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,7 +22,9 @@
 #include "nlohmann/json.hpp"
 #include "support/background_dispatch.h"
 #include "support/daemon.h"
+#include "support/fake_api.h"
 #include "support/loopback.h"
+#include "support/temp_dir.h"
 #include "support/test_job.h"
 #include "support/test_pki.h"
 #include "support/wait_for.h"
@@ -238,6 +243,110 @@ TEST(ReapTest, AnAddressWithoutAPortIsAUsageError) {
                               "127.0.0.1:50051", "worker-3.internal"}));
   EXPECT_EQ(RunExec(reap), JobOutcome::Exited(2));
   EXPECT_THAT(reap.err(), HasSubstr("'worker-3.internal' has no port"));
+}
+
+// FakeDns is tests/cli/fake_dns.py answering for one name on port 53 of a
+// loopback address of its own; Resolving(request) runs a command of the
+// binary with that server as its only nameserver: a resolv.conf mounted
+// over /etc's in a mount namespace of the command's own (as root, which CI
+// is), so that the name goes the C library's real way, nsswitch and
+// resolver, to a server of the test's.
+class FakeDns {
+ public:
+  explicit FakeDns(std::vector<std::string> args)
+      : listen_(absl::StrCat("127.53.", getpid() % 250 + 1, ".1")),
+        server_(CFDB_FAKE_DNS, [&] {
+          args.insert(args.begin(), {"--listen", listen_});
+          return args;
+        }()) {
+    std::ofstream(dir_.path("resolv.conf"))
+        << "nameserver " << listen_ << "\noptions timeout:2 attempts:2\n";
+  }
+  JobRequest Resolving(JobRequest request) const {
+    std::vector<std::string>& argv = MutableExec(request).argv;
+    argv.insert(argv.begin(),
+                {"unshare", "--mount", "sh", "-c",
+                 "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
+                 dir_.path("resolv.conf")});
+    return request;
+  }
+  test_support::FakeApi& server() { return server_; }
+
+ private:
+  test_support::TempDir dir_;
+  std::string listen_;
+  test_support::FakeApi server_;
+};
+
+// --addresses-from dns:NAME:PORT: every A and AAAA record of the name is a
+// worker at PORT, as a headless Service's are; asked of the DNS server.
+TEST(ReapDnsTest, EveryAddressRecordOfTheNameIsAWorker) {
+  Daemon first({"--idle-timeout-seconds", "0"});
+  const std::string port = std::to_string(first.port());
+  Daemon second(
+      {"--host", "127.0.0.2", "--port", port, "--idle-timeout-seconds", "0"});
+  Daemon third(
+      {"--host", "::1", "--port", port, "--idle-timeout-seconds", "0"});
+  ASSERT_EQ(second.address(), "127.0.0.2:" + port);
+  ASSERT_EQ(third.address(), "[::1]:" + port);
+  FakeDns dns({"--name", "workers.cfdb.test", "--a", "127.0.0.1", "--a",
+               "127.0.0.2", "--aaaa", "::1"});
+  for (Daemon* d : {&first, &second, &third}) WaitIdleFor(d->address(), 0.15);
+  CollectingJob reap(dns.Resolving(Command(
+      {"reap", "--idle-threshold-seconds", "0.1", "--dry-run", "--format",
+       "json", "--addresses-from", "dns:workers.cfdb.test:" + port})));
+  EXPECT_EQ(RunExec(reap), JobOutcome::Exited(0)) << reap.err();
+  std::vector<std::string> polled;
+  for (absl::string_view line :
+       absl::StrSplit(reap.out(), '\n', absl::SkipEmpty())) {
+    const nlohmann::json object = nlohmann::json::parse(line);
+    EXPECT_EQ(object["action"], "dry-run") << line;
+    polled.push_back(object["address"]);
+  }
+  EXPECT_THAT(polled, ::testing::UnorderedElementsAre(
+                          first.address(), second.address(), third.address()));
+  std::vector<std::string> asked;
+  for (const nlohmann::json& query : dns.server().Requests()) {
+    asked.push_back(query["type"]);
+  }
+  EXPECT_THAT(asked, ::testing::IsSupersetOf({"A", "AAAA"}))
+      << "the records came from the test's server";
+}
+
+// A fleet scaled to zero (a headless Service without endpoints answers
+// NXDOMAIN) is no workers: nothing to do, which is said; a server failure
+// is a transient error (75); a source without a port, a usage error (2).
+TEST(ReapDnsTest, NoRecordsIsNoWorkersAndAServerFailureIsTransient) {
+  FakeDns dns({"--name", "workers.cfdb.test", "--servfail", "down.cfdb.test"});
+  struct Case {
+    std::vector<std::string> args;
+    JobOutcome outcome;
+    std::string err;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"reap", "--idle-threshold-seconds", "0", "--addresses-from",
+             "dns:gone.cfdb.test:50051"},
+            JobOutcome::Exited(0),
+            "cfdb-worker reap: --addresses-from: 'dns:gone.cfdb.test:50051' "
+            "has no address records: no workers"},
+           {{"status", "--addresses-from", "dns:workers.cfdb.test:50051"},
+            JobOutcome::Exited(0),
+            "has no address records: no workers"},
+           {{"reap", "--idle-threshold-seconds", "0", "--addresses-from",
+             "dns:down.cfdb.test:50051"},
+            JobOutcome::Exited(75),
+            "'dns:down.cfdb.test:50051': Temporary failure in name "
+            "resolution"},
+           {{"status", "--addresses-from", "dns:workers.cfdb.test"},
+            JobOutcome::Exited(2),
+            "cfdb-worker status: --addresses-from: 'dns:workers.cfdb.test' "
+            "has no port"},
+       }) {
+    CollectingJob job(dns.Resolving(Command(c.args)));
+    EXPECT_EQ(RunExec(job), c.outcome) << c.args.back() << job.err();
+    EXPECT_THAT(job.err(), HasSubstr(c.err));
+    EXPECT_THAT(job.out(), ::testing::Not(HasSubstr("poll")));
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cfdb/worker/exec.h"
 #include "gtest/gtest.h"
 #include "support/loopback.h"
@@ -89,8 +90,9 @@ class Daemon {
   std::string log() { return job_.err(); }
   bool WaitForLog(std::string_view text) { return job_.WaitForOutput(text); }
   int port() const { return port_; }
-  // address is the TCP address clients dial: "127.0.0.1:PORT".
-  std::string address() const { return LoopbackAddress(port_); }
+  // address is the TCP address clients dial: "127.0.0.1:PORT" (the
+  // --host given otherwise, "[::1]:PORT" for ::1).
+  const std::string& address() const { return address_; }
   pid_t pid() const { return pid_; }
 
  private:
@@ -101,10 +103,10 @@ class Daemon {
     std::smatch m;
     const std::string log = job_.err();
     if (std::regex_search(
-            log, m,
-            std::regex(R"(listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\))"))) {
-      port_ = std::stoi(m[1]);
-      pid_ = std::stoi(m[2]);
+            log, m, std::regex(R"(listening on (\S+):(\d+) \(pid (\d+)\))"))) {
+      address_ = absl::StrCat(m[1].str(), ":", m[2].str());
+      port_ = std::stoi(m[2]);
+      pid_ = std::stoi(m[3]);
     }
   }
   static JobRequest Wrapped(JobRequest request,
@@ -124,19 +126,23 @@ class Daemon {
     MutableExec(request).argv[0] = program.path;
     return request;
   }
-  // Serve also pins the lifetime jitter to 0 unless the test sets it, so
-  // that a test of the max lifetime sees that lifetime.
+  // Serve picks a free port unless the test gives one, and pins the
+  // lifetime jitter to 0 unless the test sets it, so that a test of the
+  // max lifetime sees that lifetime.
   static std::vector<std::string> Serve(std::vector<std::string> args) {
     if (std::find(args.begin(), args.end(), "--max-lifetime-jitter-seconds") ==
         args.end()) {
       args.insert(args.begin(), {"--max-lifetime-jitter-seconds", "0"});
     }
-    args.insert(args.begin(), {"--port", "0"});
+    if (std::find(args.begin(), args.end(), "--port") == args.end()) {
+      args.insert(args.begin(), {"--port", "0"});
+    }
     return args;
   }
   CollectingJob job_;
   std::thread thread_;
   std::optional<JobOutcome> outcome_;
+  std::string address_;
   int port_ = 0;
   pid_t pid_ = 0;
 };
