@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tests the image scripts/image.sh built ($IMAGE) by running it with podman as
 # ECS would: libraries, user, health, a job, idle retirement, SIGTERM, zombie
-# reaping with and without an init, and the template's own container
-# definition over mutual TLS. Each check prints "ok" or "FAILED", and the
+# reaping with and without an init, the template's own container definition
+# over mutual TLS, and the Kubernetes pod manifest under `podman kube play`.
+# Each check prints "ok" or "FAILED", and the
 # script exits 1 if any failed; what cannot run here fails too, saying why,
 # and is never skipped (docs/DEPLOY.md).
 set -euo pipefail
@@ -62,9 +63,11 @@ exited() {
   pod inspect --format '{{.State.ExitCode}}' "$1"
 }
 
+KUBE_PLAYED=""
 cleanup() {
   local c
   for c in "${CONTAINERS[@]}"; do pod rm -f -t 0 "$c" >/dev/null 2>&1 || true; done
+  [ -z "$KUBE_PLAYED" ] || kube_down "${KUBE_PLAYED%%:*}" "${KUBE_PLAYED#*:}"
 }
 trap cleanup EXIT
 
@@ -494,6 +497,105 @@ check_ecs() {
   fi
 }
 
+# 9. The Kubernetes pod-per-worker manifest (deploy/kubernetes/job, through
+# tests/deploy/kube-play: a 4 s idle timeout, the host's network) on this
+# image run by `podman kube play`: its security context holds, it is
+# ready on the HTTP port, it runs a job over mutual TLS with the Secret's
+# PEMs, and it exits 0 on idle, which completes a Job. tests/deploy/
+# kube_play.py says what podman 4.3 cannot take and how it is adapted.
+check_kube_play() {
+  local dir="$WORK/kube" grpc http name c rc
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  command -v kubectl >/dev/null || { failed "kube: no kubectl (1.27 or later) to render deploy/kubernetes"; return; }
+  if ! kubectl kustomize tests/deploy/kube-play >"$dir/rendered.yaml" 2>"$dir/render.err"; then
+    failed "kube: kubectl kustomize tests/deploy/kube-play failed" "$(cat "$dir/render.err")"
+    return
+  fi
+  if ! make_pki "$dir/pki"; then
+    failed "kube: openssl could not make the test PKI" "$(tail -n 5 "$dir/pki/openssl.log")"
+    return
+  fi
+  grpc=$(free_port) http=$(free_port)
+  if ! name=$(python3 tests/deploy/kube_play.py "$dir/rendered.yaml" "$dir" \
+    --image "$IMAGE" --grpc-port "$grpc" --http-port "$http" --pki "$dir/pki" \
+    2>"$dir/convert.err"); then
+    failed "kube: tests/deploy/kube_play.py" "$(cat "$dir/convert.err")"
+    return
+  fi
+  # The limits of RUN_FLAGS, as kube play takes no --ulimit; a volume or
+  # secret of an earlier run would be used as it is.
+  printf '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n' >"$dir/containers.conf"
+  kube_down "$dir" "$name"
+  KUBE_PLAYED="$dir:$name"
+  pod secret create "$name" "$dir/secret.yaml" >/dev/null
+  if ! CONTAINERS_CONF="$dir/containers.conf" pod kube play "$dir/play.yaml" >"$dir/play.out" 2>&1; then
+    failed "kube: podman kube play" "$(grep -v systemd "$dir/play.out")"
+    return
+  fi
+  c=$(python3 -c 'import sys, yaml
+pod = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d["kind"] == "Pod"][0]
+print(pod["metadata"]["name"] + "-" + pod["spec"]["containers"][0]["name"])' "$dir/play.yaml")
+  local deadline=$((SECONDS + 30)) ready=""
+  while [ $SECONDS -lt $deadline ] && running "$c"; do
+    ready=$(http_status "$http" /readyz)
+    [ "$ready" != 200 ] || break
+    sleep 0.2
+  done
+  if [ "$ready" != 200 ]; then
+    failed "kube: /readyz not 200 within 30 s (got '$ready')" "$(log_tail "$c" 10)"
+    return
+  fi
+  local seen
+  seen=$(pod inspect "$c" --format '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{.EffectiveCaps}} {{.HostConfig.SecurityOpt}}')
+  if [ "$seen" = "10001:10001 true [] [no-new-privileges]" ]; then
+    ok "kube: runs as 10001:10001, read-only root, no capability, no new privileges; /readyz and /healthz $(http_status "$http" /healthz)"
+  else
+    failed "kube: security context not as the manifest says: '$seen'"
+  fi
+  local pem=/etc/cfdb-worker/tls out
+  out=$(pod exec "$c" cfdb-worker dispatch --address "127.0.0.1:$grpc" --tls-ca $pem/ca.crt \
+    --tls-cert $pem/tls.crt --tls-key $pem/tls.key -- echo from-a-pod 2>&1) && rc=0 || rc=$?
+  if [ $rc -eq 0 ] && [ "$out" = from-a-pod ]; then
+    ok "kube: a job dispatched over mutual TLS with the Secret's PEMs ran"
+  else
+    failed "kube: dispatch exit $rc, output '$out'" "$(log_tail "$c")"
+  fi
+  rc=$(exited "$c" 60)
+  local logs
+  logs=$(pod logs "$c" 2>&1) || true
+  if [ "$rc" = 0 ] && grep -q '"message":"exiting: idle' <<<"$logs"; then
+    ok "kube: the pod's container exited 0 on idle retirement (a Job would complete)"
+  else
+    failed "kube: exit code $rc" "$(log_tail "$c")"
+  fi
+  kube_down "$dir" "$name"
+  KUBE_PLAYED=""
+}
+
+# http_status PORT PATH: the HTTP status of GET PATH on 127.0.0.1:PORT.
+http_status() {
+  python3 -c 'import sys, urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen("http://127.0.0.1:%s%s" % tuple(sys.argv[1:]), timeout=2).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except OSError:
+    print("none")' "$1" "$2"
+}
+
+# kube_down DIR SECRET: removes what kube play made (pod, volumes, secret).
+kube_down() {
+  pod kube play --down "$1/play.yaml" >/dev/null 2>&1 || true
+  local volume
+  for volume in $(python3 -c 'import sys, yaml
+pod = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d["kind"] == "Pod"][0]
+print(" ".join(v.get("secret", {}).get("secretName", v["name"]) for v in pod["spec"]["volumes"]))' "$1/play.yaml"); do
+    pod volume rm -f "$volume" >/dev/null 2>&1 || true
+  done
+  pod secret rm "$2" >/dev/null 2>&1 || true
+}
+
 # A container ($STARTED) to test as PID 1 (no init) or under --init.
 serving_container() {
   local name=$1 port=$2
@@ -544,6 +646,7 @@ main() {
   fi
 
   check_ecs
+  check_kube_play
 
   echo "image-test: $FAILURES failed, in $(elapsed "$start") s"
   [ $FAILURES -eq 0 ]

@@ -72,6 +72,9 @@ class Overlays(unittest.TestCase):
     def setUpClass(cls):
         cls.rendered = {name: render(os.path.join(KUBE, name))
                         for name in ("job", "scaledjob", "deployment")}
+        # What scripts/image-test.sh runs with podman kube play.
+        cls.rendered["kube-play"] = render(
+            os.path.join(REPO, "tests/deploy/kube-play"))
         # The optional admission policy, on top of the deployment.
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "kustomization.yaml"), "w") as f:
@@ -183,6 +186,26 @@ class Overlays(unittest.TestCase):
                 for key in ("CA", "CERT", "KEY"):
                     self.assertTrue(data[f"CFDB_WORKER_TLS_{key}"].startswith(
                         mounts["tls"] + "/"))
+
+    def test_the_container_runs_the_images_serve(self):
+        # Kubernetes' rule: command replaces the image's ENTRYPOINT (and
+        # drops its CMD), args replaces CMD. args ["serve"] once made it
+        # `cfdb-worker serve serve`, which exits 2 (found by podman kube
+        # play in scripts/image-test.sh).
+        with open(os.path.join(REPO, "Dockerfile")) as f:
+            dockerfile = f.read()
+        entrypoint = json.loads(re.findall(r"^ENTRYPOINT (\[.*\])$",
+                                           dockerfile, re.M)[-1])
+        cmds = re.findall(r"^CMD (\[.*\])$", dockerfile, re.M)
+        cmd = json.loads(cmds[-1]) if cmds else []
+        for name, objects in self.rendered.items():
+            with self.subTest(name):
+                c = pod_spec(objects)["containers"][0]
+                argv = c.get("command", entrypoint) + c.get(
+                    "args", [] if "command" in c else cmd)
+                self.assertEqual(argv[:2], ["cfdb-worker", "serve"], argv)
+                self.assertTrue(all(a.startswith("--") for a in argv[2:]),
+                                argv)
 
     def test_every_knob_in_the_config_maps_exists(self):
         known = knob_variables()
