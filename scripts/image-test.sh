@@ -39,7 +39,8 @@ free_port() {
 # Every container shares the host's network (no CNI setup here) and gets
 # these limits: runc would otherwise set the image's defaults, above the
 # host's, which the sandbox forbids.
-RUN_FLAGS=(--network host --ulimit nofile=20000:20000 --ulimit nproc=32768:32768)
+ULIMITS=(nofile=20000:20000 nproc=32768:32768)
+RUN_FLAGS=(--network host "${ULIMITS[@]/#/--ulimit=}")
 
 # run_container NAME RUN-FLAGS... -- SERVE-ARGS...: a detached container
 # named $STARTED, removed at exit (not in a subshell, so cleanup knows it).
@@ -504,7 +505,7 @@ check_ecs() {
 # PEMs, and it exits 0 on idle, which completes a Job. tests/deploy/
 # kube_play.py says what podman 4.3 cannot take and how it is adapted.
 check_kube_play() {
-  local dir="$WORK/kube" grpc http name c rc
+  local dir="$WORK/kube" grpc http facts name c user volumes rc
   rm -rf "$dir"
   mkdir -p "$dir"
   command -v kubectl >/dev/null || { failed "kube: no kubectl (1.27 or later) to render deploy/kubernetes"; return; }
@@ -517,15 +518,18 @@ check_kube_play() {
     return
   fi
   grpc=$(free_port) http=$(free_port)
-  if ! name=$(python3 tests/deploy/kube_play.py "$dir/rendered.yaml" "$dir" \
+  if ! facts=$(python3 tests/deploy/kube_play.py "$dir/rendered.yaml" "$dir" \
     --image "$IMAGE" --grpc-port "$grpc" --http-port "$http" --pki "$dir/pki" \
     2>"$dir/convert.err"); then
     failed "kube: tests/deploy/kube_play.py" "$(cat "$dir/convert.err")"
     return
   fi
-  # The limits of RUN_FLAGS, as kube play takes no --ulimit; a volume or
-  # secret of an earlier run would be used as it is.
-  printf '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n' >"$dir/containers.conf"
+  # The limits of RUN_FLAGS, as kube play takes no --ulimit.
+  printf '[containers]\ndefault_ulimits = [%s]\n' "$(printf '"%s", ' "${ULIMITS[@]}" | sed 's/, $//')" \
+    >"$dir/containers.conf"
+  read -r name c user volumes <<<"$facts"
+  echo "$volumes" >"$dir/volumes"
+  # A volume or secret of an earlier run would be used as it is.
   kube_down "$dir" "$name"
   KUBE_PLAYED="$dir:$name"
   pod secret create "$name" "$dir/secret.yaml" >/dev/null
@@ -533,9 +537,6 @@ check_kube_play() {
     failed "kube: podman kube play" "$(grep -v systemd "$dir/play.out")"
     return
   fi
-  c=$(python3 -c 'import sys, yaml
-pod = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d["kind"] == "Pod"][0]
-print(pod["metadata"]["name"] + "-" + pod["spec"]["containers"][0]["name"])' "$dir/play.yaml")
   local deadline=$((SECONDS + 30)) ready=""
   while [ $SECONDS -lt $deadline ] && running "$c"; do
     ready=$(http_status "$http" /readyz)
@@ -548,8 +549,8 @@ print(pod["metadata"]["name"] + "-" + pod["spec"]["containers"][0]["name"])' "$d
   fi
   local seen
   seen=$(pod inspect "$c" --format '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{.EffectiveCaps}} {{.HostConfig.SecurityOpt}}')
-  if [ "$seen" = "10001:10001 true [] [no-new-privileges]" ]; then
-    ok "kube: runs as 10001:10001, read-only root, no capability, no new privileges; /readyz and /healthz $(http_status "$http" /healthz)"
+  if [ "$seen" = "$user true [] [no-new-privileges]" ]; then
+    ok "kube: runs as $user, read-only root, no capability, no new privileges; /readyz and /healthz $(http_status "$http" /healthz)"
   else
     failed "kube: security context not as the manifest says: '$seen'"
   fi
@@ -588,9 +589,8 @@ except OSError:
 kube_down() {
   pod kube play --down "$1/play.yaml" >/dev/null 2>&1 || true
   local volume
-  for volume in $(python3 -c 'import sys, yaml
-pod = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d["kind"] == "Pod"][0]
-print(" ".join(v.get("secret", {}).get("secretName", v["name"]) for v in pod["spec"]["volumes"]))' "$1/play.yaml"); do
+  # shellcheck disable=SC2013  # names without spaces, one line
+  for volume in $(cat "$1/volumes" 2>/dev/null); do
     pod volume rm -f "$volume" >/dev/null 2>&1 || true
   done
   pod secret rm "$2" >/dev/null 2>&1 || true

@@ -7,7 +7,7 @@ format."""
 import argparse
 import json
 import sys
-import time
+import threading
 
 from dnslib import AAAA, QTYPE, RCODE, RR, A
 from dnslib.server import BaseResolver, DNSServer
@@ -55,8 +55,7 @@ def main():
         DNSServer(resolver, address=options.listen, port=53, tcp=tcp,
                   logger=QuietLogger()).start_thread()
     print("listening 53", flush=True)
-    while True:
-        time.sleep(3600)
+    threading.Event().wait()  # the servers' threads answer until killed
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ The container's image becomes --image, the one under test.
 
 Usage: kube_play.py RENDERED OUT --image IMAGE --grpc-port P --http-port P
 --pki DIR (DIR holds scripts/test-pki.sh's ca.pem, worker.pem and
-worker.key). Prints the Secret's name.
+worker.key). Prints what the test needs of the pod, on one line: the
+Secret's name, the container's name as podman calls it (POD-CONTAINER),
+the pod's UID:GID, and the volumes podman will create (named after the
+Secret or the emptyDir).
 """
 import argparse
 import pathlib
@@ -89,7 +92,11 @@ def main():
     out = pathlib.Path(options.out)
     (out / "play.yaml").write_text(yaml.safe_dump_all(play))
     (out / "secret.yaml").write_text(yaml.safe_dump(secret))
-    print(secret_name)
+    spec, security = pod["spec"], pod["spec"]["securityContext"]
+    volumes = [v.get("secret", {}).get("secretName", v["name"])
+               for v in spec.get("volumes", [])]
+    print(secret_name, f'{pod["metadata"]["name"]}-{spec["containers"][0]["name"]}',
+          f'{security["runAsUser"]}:{security["runAsGroup"]}', *volumes)
 
 
 if __name__ == "__main__":
