@@ -22,8 +22,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cfdb/worker/clock.h"
 #include "cfdb/worker/errors.h"
 #include "cfdb/worker/rpcs.h"
+#include "cfdb/worker/serve.h"
 #include "cli/commands.h"
 #include "serve/knobs.h"
 #include "serve/prometheus_metrics.h"
@@ -135,6 +137,21 @@ std::string ExitCodeTable() {
   return table;
 }
 
+// StopSequenceTable is what follows a drain, with how long each step may
+// take: the sums a pod's terminationGracePeriodSeconds or a task's
+// StopTimeout must cover.
+std::string StopSequenceTable() {
+  return absl::StrCat(
+      "| after the drain | at most | set by |\n| --- | --- | --- |\n",
+      "| cancelled jobs get SIGTERM, then SIGKILL | ",
+      ToSeconds(ServeConfig{}.worker.task_kill_grace),
+      " s | `--task-kill-grace-seconds` |\n",
+      "| calls still open finish (a `Stop` reply on its way out) | ",
+      kCallsGrace.count(), " s | fixed |\n",
+      "| gRPC's shutdown ends, else the process exits 1 | ",
+      kShutdownStall.count(), " s | fixed |\n");
+}
+
 std::string Python(bool value) { return value ? "True" : "False"; }
 
 std::string PythonRpcs() {
@@ -200,6 +217,7 @@ std::vector<Generated> AllGenerated() {
       {"docs/CLI.md", "knobs client", KnobTable(KnobScope::kClient)},
       {"docs/CLI.md", "exit codes", ExitCodeTable()},
       {"docs/DESIGN.md", "rpcs", RpcTable()},
+      {"docs/DESIGN.md", "stop sequence", StopSequenceTable()},
       {"docs/METRICS.md", "metrics", MetricTable()},
       {"clients/python/cfdb_worker/_rpcs.py", "", PythonRpcs()},
   };

@@ -195,6 +195,10 @@ absl::StatusOr<PreparedServe> PrepareServe(ServeConfig config,
     c.deletion_cost.hold =
         std::min(c.deletion_cost.hold, c.retirement.idle_timeout);
   }
+  if (c.deletion_cost.safe_to_evict && !c.deletion_cost.enabled) {
+    return Named(given, "--k8s-safe-to-evict", "true")
+        .Bad("needs --k8s-deletion-cost: the annotation goes in its patches");
+  }
   if (absl::Status s = CheckPod(c.deletion_cost); !s.ok()) {
     return Named(given, "--k8s-deletion-cost", "true")
         .Bad(std::string(s.message()));

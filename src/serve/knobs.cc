@@ -249,6 +249,17 @@ std::span<const Knob> AllKnobs() {
                "that may patch pods (docs/KUBERNETES.md)",
        .serve = [](const Setting& s,
                    ServeConfig& c) { return s.Read(c.deletion_cost.enabled); }},
+      {.flag = "--k8s-safe-to-evict",
+       .variable = "CFDB_WORKER_K8S_SAFE_TO_EVICT",
+       .type = kSwitch,
+       .fallback = Defaults().deletion_cost.safe_to_evict,
+       .help = "with --k8s-deletion-cost, also mark the pod for the cluster "
+               "autoscaler: cluster-autoscaler.kubernetes.io/safe-to-evict "
+               "\"false\" while busy, \"true\" when idle",
+       .serve =
+           [](const Setting& s, ServeConfig& c) {
+             return s.Read(c.deletion_cost.safe_to_evict);
+           }},
       {.flag = "--k8s-busy-deletion-cost",
        .variable = "CFDB_WORKER_K8S_BUSY_DELETION_COST",
        .type = kInteger,

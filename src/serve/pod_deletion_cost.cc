@@ -38,6 +38,7 @@ class KubernetesPod final : public AgentClient {
         token_file_(o.service_account_dir + "/token"),
         ca_file_(o.service_account_dir + "/ca.crt"),
         busy_cost_(o.busy_cost),
+        safe_to_evict_(o.safe_to_evict),
         timeout_(timeout),
         plane_{.api = "kubernetes",
                .feature = "pod deletion cost",
@@ -45,17 +46,26 @@ class KubernetesPod final : public AgentClient {
                .field = "pod_busy",
                .busy_text = absl::StrCat(
                    "busy (a job is in flight): ", kPodDeletionCostAnnotation,
-                   " ", o.busy_cost, ", ", kDoNotDisruptAnnotation),
-               .idle_text =
-                   absl::StrCat("idle: ", kPodDeletionCostAnnotation, " 0")} {}
+                   " ", o.busy_cost, ", ", kDoNotDisruptAnnotation,
+                   o.safe_to_evict
+                       ? absl::StrCat(", ", kSafeToEvictAnnotation, " false")
+                       : ""),
+               .idle_text = absl::StrCat(
+                   "idle: ", kPodDeletionCostAnnotation, " 0",
+                   o.safe_to_evict
+                       ? absl::StrCat(", ", kSafeToEvictAnnotation, " true")
+                       : "")} {}
 
   absl::Status SetProtection(bool busy, int /*expires_minutes*/,
                              const std::atomic<bool>& cancel) override {
-    const nlohmann::json annotations = {
+    nlohmann::json annotations = {
         {kPodDeletionCostAnnotation, busy ? std::to_string(busy_cost_) : "0"},
         // null removes it (RFC 7386).
         {kDoNotDisruptAnnotation,
          busy ? nlohmann::json("true") : nlohmann::json(nullptr)}};
+    if (safe_to_evict_) {
+      annotations[kSafeToEvictAnnotation] = busy ? "false" : "true";
+    }
     const std::string body =
         nlohmann::json{{"metadata", {{"annotations", annotations}}}}.dump();
     for (int attempt = 0;; ++attempt) {
@@ -88,6 +98,7 @@ class KubernetesPod final : public AgentClient {
   const std::string token_file_;
   const std::string ca_file_;
   const int busy_cost_;
+  const bool safe_to_evict_;
   const Duration timeout_;
   const ControlPlane plane_;
 };

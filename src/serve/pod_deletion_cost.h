@@ -23,6 +23,8 @@ namespace cfdb::worker {
 inline constexpr char kPodDeletionCostAnnotation[] =
     "controller.kubernetes.io/pod-deletion-cost";
 inline constexpr char kDoNotDisruptAnnotation[] = "karpenter.sh/do-not-disrupt";
+inline constexpr char kSafeToEvictAnnotation[] =
+    "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
 // FindPod fills `o`'s api_server, pod_name and pod_namespace from `env`
 // (KUBERNETES_SERVICE_HOST and _PORT, POD_NAME, POD_NAMESPACE) and, for the

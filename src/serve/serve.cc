@@ -43,12 +43,6 @@
 namespace cfdb::worker {
 namespace {
 
-// After the drain, calls still open (e.g. a Stop reply on its way out) get
-// this long to finish before the server cancels them.
-constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
-// Past that deadline, this long more for gRPC's shutdown to end.
-constexpr unsigned kShutdownStallSeconds = 10;
-
 // OnSignal turns each SIGTERM/SIGINT into a stop request: the first drains
 // with the signal grace, counted from its arrival; any later one cancels
 // what is left at once.
@@ -474,8 +468,7 @@ void BoundTheShutdown() {
     _exit(kExitRuntimeFailure);
   };
   sigaction(SIGALRM, &stalled, nullptr);
-  alarm(static_cast<unsigned>(kServerShutdownDeadline.count()) +
-        kShutdownStallSeconds);
+  alarm(static_cast<unsigned>((kCallsGrace + kShutdownStall).count()));
 }
 
 // ThreadCount returns how many threads this process has (0 when
@@ -624,7 +617,7 @@ absl::Status ServeWorker(
                       .started = process_start},
                      http_log);
   if (!http.ok()) {
-    (*server)->Shutdown(kServerShutdownDeadline);
+    (*server)->Shutdown(kCallsGrace);
     return Failure(absl::StatusCode::kInvalidArgument,
                    std::string(http.status().message()));
   }
@@ -637,7 +630,7 @@ absl::Status ServeWorker(
         ToSeconds(std::chrono::steady_clock::now() - process_start));
   }
   BoundTheShutdown();
-  (*server)->Shutdown(kServerShutdownDeadline);
+  (*server)->Shutdown(kCallsGrace);
   FlushLibraryLog();
   spdlog::info("stopped");
   // Not a clean retirement: the platform should know this task failed.

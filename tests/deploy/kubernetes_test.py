@@ -22,8 +22,31 @@ KUBE = os.path.join(REPO, "deploy/kubernetes")
 # Kubernetes' own limits of what the cluster autoscaler waits for when it
 # drains a node (--max-graceful-termination-sec's default).
 CLUSTER_AUTOSCALER_GRACE = 600
-# The worker gives calls in progress this long after a drain (serve.cc).
-CALLS_GRACE = 5
+
+
+def stop_sequence_seconds(step):
+    """How long a step after the drain may take, from docs/DESIGN.md's
+    stop sequence table, which docgen writes from serve.h (kCallsGrace and
+    the others) and generated_docs keeps true."""
+    with open(os.path.join(REPO, "docs/DESIGN.md")) as f:
+        for row in f:
+            if row.startswith(f"| {step}"):
+                return float(row.split("|")[2].split()[0])
+    raise AssertionError(f"docs/DESIGN.md's stop sequence has no '{step}'")
+
+
+CALLS_GRACE = stop_sequence_seconds("calls still open")
+
+
+def words(path):
+    """The file's text with each run of white space and comment marks
+    one space."""
+    with open(os.path.join(REPO, path)) as f:
+        return re.sub(r"[\s#]+", " ", f.read())
+
+
+def seconds(value):
+    return f"{value:g}"
 
 
 def render(overlay):
@@ -124,12 +147,20 @@ class Overlays(unittest.TestCase):
                 data = one(objects, "ConfigMap")["data"]
                 self.assertGreater(
                     float(data["CFDB_WORKER_IDLE_TIMEOUT_SECONDS"]), 0)
+                # A SIGTERM (a node drain) still ends in time.
+                drain = (float(data.get("CFDB_WORKER_SIGNAL_GRACE_SECONDS", 0)) +
+                         float(data.get("CFDB_WORKER_TASK_KILL_GRACE_SECONDS",
+                                        stop_sequence_seconds("cancelled jobs"))) +
+                         CALLS_GRACE)
+                self.assertGreaterEqual(spec["terminationGracePeriodSeconds"],
+                                        drain + 10, "no margin past the drain")
 
     def test_the_deployment_drains_within_its_grace_and_marks_itself(self):
         objects = self.rendered["deployment"]
         data = one(objects, "ConfigMap")["data"]
         self.assertEqual(data["CFDB_WORKER_IDLE_TIMEOUT_SECONDS"], "0")
         self.assertEqual(data["CFDB_WORKER_K8S_DELETION_COST"], "true")
+        self.assertEqual(data["CFDB_WORKER_K8S_SAFE_TO_EVICT"], "true")
         spec = pod_spec(objects)
         self.assertNotIn("restartPolicy", spec)  # Always, a Deployment's
         self.assertTrue(spec["automountServiceAccountToken"])
@@ -140,6 +171,16 @@ class Overlays(unittest.TestCase):
         self.assertGreaterEqual(grace, drain + 10, "no margin past the drain")
         self.assertLessEqual(grace, CLUSTER_AUTOSCALER_GRACE)
         self.assertGreater(float(data["CFDB_WORKER_SIGNAL_GRACE_SECONDS"]), 0)
+        # The sum written out for people is this one.
+        terms = [data["CFDB_WORKER_SIGNAL_GRACE_SECONDS"],
+                 data["CFDB_WORKER_TASK_KILL_GRACE_SECONDS"],
+                 seconds(CALLS_GRACE)]
+        sum_text = " + ".join(terms) + f" = {seconds(drain)} s"
+        self.assertIn(sum_text, words("deploy/kubernetes/deployment/deployment.yaml"))
+        self.assertIn(f"{sum_text} of drain in a {grace} s period",
+                      words("docs/KUBERNETES.md"))
+        self.assertIn(f"then gives calls {seconds(CALLS_GRACE)} s",
+                      words("docs/KUBERNETES.md"))
 
     def test_the_role_allows_get_and_patch_of_pods_only(self):
         objects = self.rendered["deployment"]

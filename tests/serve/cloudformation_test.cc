@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <regex>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cfdb/worker/serve.h"
 #include "cfn_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -538,8 +540,18 @@ TEST_F(CloudFormationTest, StopTimeoutOutlastsSignalDrainAndKillGrace) {
       Parameter("WorkerSignalGraceSeconds")["MaxValue"].as<double>();
   const double kill_grace =
       Parameter("WorkerTaskKillGraceSeconds")["MaxValue"].as<double>();
-  // After the drain and the cancel, calls in progress get up to 5 s.
-  EXPECT_GT(stop_timeout, signal_grace + kill_grace + 5);
+  // After the drain and the cancel, calls in progress get kCallsGrace.
+  const double calls_grace = static_cast<double>(kCallsGrace.count());
+  EXPECT_GT(stop_timeout, signal_grace + kill_grace + calls_grace);
+  // DEPLOY's sum, written out for operators, is this one.
+  std::ifstream in(CFDB_DEPLOY_DOC);
+  const std::string doc((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_THAT(doc,
+              HasSubstr(absl::StrCat(signal_grace, " + ", kill_grace, " + ",
+                                     calls_grace, " < ", stop_timeout)));
+  EXPECT_THAT(doc, HasSubstr(absl::StrCat("gives calls in progress up to ",
+                                          calls_grace, " s")));
 }
 
 TEST_F(CloudFormationTest, ContainerRunsUnderInitWithHealthCheck) {

@@ -126,6 +126,30 @@ TEST(PodDeletionCostTest, TwentySequentialJobsMakeTwoPatches) {
   EXPECT_THAT(daemon.log(), HasSubstr("pod deletion cost: idle"));
 }
 
+// With --k8s-safe-to-evict the same two patches also tell the cluster
+// autoscaler: not safe to evict while busy, safe when idle.
+TEST(PodDeletionCostTest, SafeToEvictIsFalseWhileBusyAndTrueWhenIdle) {
+  FakePod pod({"--tokens", "token-1"});
+  std::vector<std::string> flags = pod.Flags("0");
+  flags.push_back("--k8s-safe-to-evict");
+  Daemon daemon(flags, pod.Env());
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto connection = *WorkerConnection::Open(daemon.address());
+  test_support::RunJobUntilArrival(*connection, pod.api(), 0);
+  ASSERT_TRUE(pod.api().WaitForRequests(2)) << daemon.log();
+  StopAndWait(daemon);
+  const std::vector<nlohmann::json> requests = pod.api().Requests();
+  ASSERT_EQ(requests.size(), 2u) << daemon.log();
+  nlohmann::json busy = kBusy;
+  nlohmann::json idle = kIdle;
+  const std::string key = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+  busy["metadata"]["annotations"][key] = "false";
+  idle["metadata"]["annotations"][key] = "true";
+  EXPECT_EQ(requests[0]["body"], busy);
+  EXPECT_EQ(requests[1]["body"], idle);
+  EXPECT_THAT(daemon.log(), HasSubstr(key + " false"));
+}
+
 // The token is read for every call: a rotated one is used, and a 401 reads
 // it again and retries at once, without counting as a failure.
 TEST(PodDeletionCostTest, ARotatedTokenIsUsedAndA401RereadsIt) {
@@ -215,6 +239,16 @@ TEST(PodDeletionCostTest, OutsideAPodTheWorkerRefusesToStart) {
     EXPECT_THAT(serve.err(), HasSubstr("--k8s-deletion-cost"));
     EXPECT_THAT(serve.err(), HasSubstr(c.missing));
   }
+}
+
+// --k8s-safe-to-evict without --k8s-deletion-cost would do nothing: the
+// worker refuses it and names it.
+TEST(PodDeletionCostTest, SafeToEvictAloneIsRefused) {
+  test_support::CollectingJob serve(test_support::Command(
+      {"serve", "--port", "0", "--k8s-safe-to-evict"}, {}));
+  EXPECT_EQ(RunExec(serve), JobOutcome::Exited(2)) << serve.err();
+  EXPECT_THAT(serve.err(), HasSubstr("--k8s-safe-to-evict"));
+  EXPECT_THAT(serve.err(), HasSubstr("needs --k8s-deletion-cost"));
 }
 
 }  // namespace

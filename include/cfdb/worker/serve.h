@@ -36,6 +36,7 @@
 // serve's flags, ServeConfigFromFlags); the knobs: docs/CONFIGURATION.md.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -55,6 +56,14 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntimeFailure = 1;  // e.g. the port is in use
 inline constexpr int kExitUsage = 2;           // a bad flag or variable
 
+// The end of a stop, after the drain and the cancelled jobs' kill grace:
+// calls still open (a Stop reply on its way out) get kCallsGrace before the
+// server cancels them, and gRPC's shutdown kShutdownStall more before the
+// process exits 1 anyway. docs/DESIGN.md's "stop sequence" table and every
+// terminationGracePeriodSeconds and StopTimeout sum come from these.
+inline constexpr std::chrono::seconds kCallsGrace{5};
+inline constexpr std::chrono::seconds kShutdownStall{10};
+
 // Serve serves a worker until it retires (see the top of this file) and
 // returns why. Blocks the calling thread throughout.
 //
@@ -72,7 +81,8 @@ inline constexpr int kExitUsage = 2;           // a bad flag or variable
 // a lock-order cycle aborts a process with Debian's abseil), and leaves them
 // so. It returns with an alarm armed
 // (alarm(2), SIGALRM): gRPC's shutdown has been seen to stall, so the process
-// ends (exit 1, saying so) if it has not exited 15 s after the drain ended; a
+// ends (exit 1, saying so) if it has not exited kCallsGrace + kShutdownStall
+// after the drain ended; a
 // program that goes on after Serve cancels it with alarm(0).
 //
 // `register_kinds` (may be empty) is called once with the worker before it

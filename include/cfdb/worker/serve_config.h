@@ -97,6 +97,10 @@ inline constexpr char kServiceAccountDir[] =
 // do-not-disrupt (docs/KUBERNETES.md).
 struct PodDeletionCostOptions {
   bool enabled = false;
+  // Also `cluster-autoscaler.kubernetes.io/safe-to-evict`: "false" while
+  // busy (the cluster autoscaler does not drain the node), "true" when idle
+  // (it may, even with the pod's emptyDir volumes).
+  bool safe_to_evict = false;
   // The deletion cost while busy (0 .. 2^31-1, Kubernetes' int32 range).
   int busy_cost = 1000000;
   // The annotations stay busy this long after the docket empties; at most
