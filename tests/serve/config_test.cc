@@ -54,32 +54,33 @@ TEST(ConfigTest, DefaultsWithNoFlagsAndNoVariables) {
   EXPECT_EQ(c->worker.result_ttl, seconds(300));
 }
 
-// The hold is at most the idle timeout, given or defaulted: past it the
-// worker has retired and no job can come. No idle timeout: as given.
-TEST(ConfigTest, TheProtectionHoldIsAtMostTheIdleTimeout) {
+// The holds (ECS protection's and the pod deletion cost's) are at most the
+// idle timeout, given or defaulted: past it the worker has retired and no
+// job can come. No idle timeout: as given.
+TEST(ConfigTest, TheProtectionHoldsAreAtMostTheIdleTimeout) {
   struct Case {
     Flags flags;
     Duration hold;
   };
-  for (const Case& c :
-       {Case{{{"--idle-timeout-seconds", "20"}}, seconds(20)},
-        Case{{{"--idle-timeout-seconds", "61"}}, seconds(60)},
-        Case{{{"--idle-timeout-seconds", "0"}}, seconds(60)},
-        Case{{{"--idle-timeout-seconds", "20"},
-              {"--ecs-protection-hold-seconds", "5"}},
-             seconds(5)},
-        Case{{{"--idle-timeout-seconds", "20"},
-              {"--ecs-protection-hold-seconds", "300"}},
-             seconds(20)},
-        Case{{{"--idle-timeout-seconds", "0"},
-              {"--ecs-protection-hold-seconds", "300"}},
-             seconds(300)},
-        Case{{{"--ecs-protection-hold-seconds", "0"}}, Duration::zero()}}) {
-    absl::StatusOr<ServeConfig> config =
-        ResolveServeConfig(c.flags, FakeEnv({}));
-    ASSERT_TRUE(config.ok()) << config.status();
-    EXPECT_EQ(config->scale_in.hold, c.hold)
-        << c.flags.begin()->second << " " << c.flags.rbegin()->second;
+  for (const std::string flag :
+       {"--ecs-protection-hold-seconds", "--k8s-hold-seconds"}) {
+    for (const Case& c :
+         {Case{{{"--idle-timeout-seconds", "20"}}, seconds(20)},
+          Case{{{"--idle-timeout-seconds", "61"}}, seconds(60)},
+          Case{{{"--idle-timeout-seconds", "0"}}, seconds(60)},
+          Case{{{"--idle-timeout-seconds", "20"}, {flag, "5"}}, seconds(5)},
+          Case{{{"--idle-timeout-seconds", "20"}, {flag, "300"}}, seconds(20)},
+          Case{{{"--idle-timeout-seconds", "0"}, {flag, "300"}}, seconds(300)},
+          Case{{{flag, "0"}}, Duration::zero()}}) {
+      absl::StatusOr<ServeConfig> config =
+          ResolveServeConfig(c.flags, FakeEnv({}));
+      ASSERT_TRUE(config.ok()) << config.status();
+      const Duration hold = flag.starts_with("--ecs")
+                                ? config->scale_in.hold
+                                : config->deletion_cost.hold;
+      EXPECT_EQ(hold, c.hold) << c.flags.begin()->second << " "
+                              << c.flags.rbegin()->second << " " << flag;
+    }
   }
 }
 

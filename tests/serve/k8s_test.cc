@@ -37,12 +37,20 @@ void WriteFile(const std::string& path, const std::string& text) {
 // namespace) and an API server that trusts its token.
 class FakePod {
  public:
-  explicit FakePod(std::vector<std::string> api_args)
+  // `rotate_on_401`: the token the API server writes into the token file
+  // as it answers its first 401 ("": none).
+  explicit FakePod(std::vector<std::string> api_args,
+                   const std::string& rotate_on_401 = "")
       : server_(pki_.Leaf("kube-apiserver", {"IP:127.0.0.1"})),
         api_(CFDB_FAKE_KUBE_API, [&] {
           std::vector<std::string> args = {"--cert", server_.cert, "--key",
                                            server_.key};
           args.insert(args.end(), api_args.begin(), api_args.end());
+          if (!rotate_on_401.empty()) {
+            args.insert(args.end(),
+                        {"--rotate-on-401",
+                         absl::StrCat(dir(), "/token=", rotate_on_401)});
+          }
           return args;
         }()) {
     std::filesystem::create_directory(dir());
@@ -150,46 +158,90 @@ TEST(PodDeletionCostTest, SafeToEvictIsFalseWhileBusyAndTrueWhenIdle) {
   EXPECT_THAT(daemon.log(), HasSubstr(key + " false"));
 }
 
-// The token is read for every call: a rotated one is used, and a 401 reads
-// it again and retries at once, without counting as a failure.
-TEST(PodDeletionCostTest, ARotatedTokenIsUsedAndA401RereadsIt) {
-  FakePod pod({"--statuses", "401,200"});
+// The token is read for every call: one rotated between two calls is used.
+TEST(PodDeletionCostTest, ARotatedTokenIsUsed) {
+  FakePod pod({"--tokens", "token-1,token-2"});
   Daemon daemon(pod.Flags("0"), pod.Env());
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   const test_support::GoFile go;
   std::thread job([&] { RunJob(daemon, {"sh", "-c", go.WaitCommand()}); });
-  ASSERT_TRUE(pod.api().WaitForRequests(2)) << daemon.log();
+  ASSERT_TRUE(pod.api().WaitForRequests(1)) << daemon.log();
   pod.SetToken("token-2");
   go.Open();
   job.join();
-  ASSERT_TRUE(pod.api().WaitForRequests(3)) << daemon.log();
+  ASSERT_TRUE(pod.api().WaitForRequests(2)) << daemon.log();
   StopAndWait(daemon);
-  const std::vector<nlohmann::json> requests = pod.api().Requests();
-  ASSERT_EQ(requests.size(), 3u) << daemon.log();
-  EXPECT_EQ(requests[0]["status"], 401);
-  EXPECT_EQ(requests[1]["body"], kBusy);
-  EXPECT_EQ(requests[1]["token"], "token-1");
-  EXPECT_EQ(requests[2]["body"], kIdle);
-  EXPECT_EQ(requests[2]["token"], "token-2");
-  EXPECT_THAT(daemon.log(), Not(HasSubstr("did not take")));
+  std::vector<nlohmann::json> requests = pod.api().Requests();
+  ASSERT_EQ(requests.size(), 2u) << daemon.log();
+  EXPECT_EQ(requests[0]["body"], kBusy);
+  EXPECT_EQ(requests[0]["token"], "token-1");
+  EXPECT_EQ(requests[1]["body"], kIdle);
+  EXPECT_EQ(requests[1]["token"], "token-2");
 }
 
-// 403 (the Role lacks patch): one warning, and no call after it, busy or
-// not; the jobs run as ever.
-TEST(PodDeletionCostTest, A403TurnsItOffWithOneWarning) {
-  FakePod pod({"--statuses", "403"});
+// A 401 reads the token again and retries at once, without counting as a
+// failure: the API server takes only token-2, which it writes into the
+// token file as it answers the first 401 (as the kubelet replaces an
+// expired token), so only a client that reads the file again gets a 200.
+TEST(PodDeletionCostTest, A401ReadsTheTokenAgainAndRetriesAtOnce) {
+  FakePod pod({"--tokens", "token-2"}, "token-2");
   Daemon daemon(pod.Flags("0"), pod.Env());
   ASSERT_GT(daemon.port(), 0) << daemon.log();
   auto connection = *WorkerConnection::Open(daemon.address());
   test_support::RunJobUntilArrival(*connection, pod.api(), 0);
-  ASSERT_TRUE(pod.api().WaitForRequests(1)) << daemon.log();
-  ASSERT_TRUE(daemon.WaitForLog("turning it off")) << daemon.log();
-  RunJob(daemon, {"true"});
-  RunJob(daemon, {"true"});
+  ASSERT_TRUE(pod.api().WaitForRequests(3)) << daemon.log();
   StopAndWait(daemon);
-  EXPECT_EQ(pod.api().Requests().size(), 1u) << daemon.log();
-  const std::string log = daemon.log();
-  EXPECT_EQ(log.find("turning it off"), log.rfind("turning it off")) << log;
+  const std::vector<nlohmann::json> requests = pod.api().Requests();
+  ASSERT_EQ(requests.size(), 3u) << daemon.log();
+  EXPECT_EQ(requests[0]["token"], "token-1");
+  EXPECT_EQ(requests[0]["status"], 401);
+  EXPECT_EQ(requests[1]["token"], "token-2") << "not read again";
+  EXPECT_EQ(requests[1]["status"], 200);
+  EXPECT_EQ(requests[1]["body"], kBusy);
+  EXPECT_EQ(requests[2]["body"], kIdle);
+  EXPECT_THAT(daemon.log(), Not(HasSubstr("did not take")));
+}
+
+// 403 (the Role lacks patch) or 404 (no such pod): one warning, and no
+// call after it, busy or not; the jobs run as ever.
+TEST(PodDeletionCostTest, A403Or404TurnsItOffWithOneWarning) {
+  for (const char* status : {"403", "404"}) {
+    SCOPED_TRACE(status);
+    FakePod pod({"--statuses", status});
+    Daemon daemon(pod.Flags("0"), pod.Env());
+    ASSERT_GT(daemon.port(), 0) << daemon.log();
+    auto connection = *WorkerConnection::Open(daemon.address());
+    test_support::RunJobUntilArrival(*connection, pod.api(), 0);
+    ASSERT_TRUE(pod.api().WaitForRequests(1)) << daemon.log();
+    ASSERT_TRUE(daemon.WaitForLog("turning it off")) << daemon.log();
+    RunJob(daemon, {"true"});
+    RunJob(daemon, {"true"});
+    StopAndWait(daemon);
+    EXPECT_EQ(pod.api().Requests().size(), 1u) << daemon.log();
+    const std::string log = daemon.log();
+    EXPECT_EQ(log.find("turning it off"), log.rfind("turning it off")) << log;
+  }
+}
+
+// 5xx and 429 are retried after a backoff, with the state wanted at the
+// time of the retry: the job ended during the first backoff, so the retries
+// say idle; once one succeeds, nothing more is sent.
+TEST(PodDeletionCostTest, A5xxOr429IsRetriedWithTheLatestState) {
+  FakePod pod({"--statuses", "503,429,200"});
+  Daemon daemon(pod.Flags("0"), pod.Env());
+  ASSERT_GT(daemon.port(), 0) << daemon.log();
+  auto connection = *WorkerConnection::Open(daemon.address());
+  test_support::RunJobUntilArrival(*connection, pod.api(), 0);
+  ASSERT_TRUE(pod.api().WaitForRequests(3)) << daemon.log();
+  StopAndWait(daemon);
+  const std::vector<nlohmann::json> requests = pod.api().Requests();
+  ASSERT_EQ(requests.size(), 3u) << daemon.log();
+  EXPECT_EQ(requests[0]["body"], kBusy);
+  EXPECT_EQ(requests[0]["status"], 503);
+  EXPECT_EQ(requests[1]["body"], kIdle);
+  EXPECT_EQ(requests[1]["status"], 429);
+  EXPECT_EQ(requests[2]["body"], kIdle);
+  EXPECT_EQ(requests[2]["status"], 200);
 }
 
 // An API server that hangs delays neither a job nor Idle; when it answers,
