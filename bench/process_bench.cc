@@ -14,12 +14,13 @@
 //       drained here), input (`cat FILE |` the job, PROG: sha256sum), both
 //       (`cat FILE |` a job `cat`, drained). Per run: the rate, the server's
 //       peak RSS growth and CPU time, the client's peak RSS and CPU time.
-//   process-bench exec --worker BIN --bare BIN --jobs K --reps R
+//   process-bench exec --worker BIN --bare BIN --jobs K --reps R [--pause-ms P]
 //       the job start: K jobs of `/bin/true` called in turn on one channel
 //       to a `BIN serve` and, interleaved by repetition, to a `bare-pipe
-//       serve` (which spawns with posix_spawn and waits with waitpid). Per
-//       repetition and server: its CPU time per job, and the median and
-//       99th percentile of the calls' wall time (call -> the stream's end).
+//       serve` (which spawns with posix_spawn and waits with waitpid), P ms
+//       apart (default 0: back to back). Per repetition and server: its CPU
+//       time per job, and the median and 99th percentile of the calls' wall
+//       time (call -> the stream's end).
 //   process-bench trickle --worker BIN --reps R
 //       `producer | BIN dispatch -- cat`, the producer writing a line every
 //       100 ms and never closing: spawn -> first line back, and each later
@@ -498,12 +499,13 @@ int Pipes(const std::string& worker, const std::string& bare, long mib,
 // `prefix`-N) on `stub` in turn, each read to its end; it dies unless every
 // one exits 0. Returns each call's wall time in microseconds.
 std::vector<double> ExecCalls(v1::Worker::Stub& stub, const std::string& prefix,
-                              int jobs) {
+                              int jobs, int pause_ms = 0) {
   std::vector<double> us;
   v1::DispatchRequest request;
   request.set_kind("exec");
   request.mutable_exec()->add_argv("/bin/true");
   for (int i = 0; i < jobs; ++i) {
+    if (pause_ms > 0) usleep(static_cast<useconds_t>(pause_ms) * 1000);
     request.set_job_id(prefix + "-" + std::to_string(i));
     grpc::ClientContext context;
     const Clock::time_point start = Clock::now();
@@ -534,8 +536,8 @@ double Quantile(std::vector<double> values, double q) {
 // the bare pipeline's server, interleaved by repetition (A B A B ...), so
 // drift on a shared machine hits both alike. A server's CPU is read before
 // and after its K calls (clock ticks: K is what makes them precise).
-int Exec(const std::string& worker, const std::string& bare, int jobs,
-         int reps) {
+int Exec(const std::string& worker, const std::string& bare, int jobs, int reps,
+         int pause_ms) {
   Child ours({worker, "serve", "--port", "0", "--max-concurrent-tasks", "1",
               "--idle-timeout-seconds", "0"});
   Child floor({bare, "serve", "--port", "0"});
@@ -552,8 +554,8 @@ int Exec(const std::string& worker, const std::string& bare, int jobs,
   for (int r = 0; r < reps; ++r) {
     for (const std::string name : {"ours", "bare"}) {
       const double cpu_before = CpuSeconds(servers[name]->pid());
-      const std::vector<double> us =
-          ExecCalls(*stubs[name], "bench-exec-" + std::to_string(r), jobs);
+      const std::vector<double> us = ExecCalls(
+          *stubs[name], "bench-exec-" + std::to_string(r), jobs, pause_ms);
       const double cpu_s = CpuSeconds(servers[name]->pid()) - cpu_before;
       series[name]["server_cpu_us_per_job"].push_back(cpu_s / jobs * 1e6);
       series[name]["p50_us"].push_back(Quantile(us, 0.5));
@@ -564,9 +566,11 @@ int Exec(const std::string& worker, const std::string& bare, int jobs,
     kill(server->pid(), SIGTERM);
     server->Wait();
   }
-  std::printf("{\"jobs\": %d, \"reps\": %d, \"ours\": %s, \"bare\": %s}\n",
-              jobs, reps, Json(series["ours"]).c_str(),
-              Json(series["bare"]).c_str());
+  std::printf(
+      "{\"jobs\": %d, \"reps\": %d, \"pause_ms\": %d, \"ours\": %s, "
+      "\"bare\": %s}\n",
+      jobs, reps, pause_ms, Json(series["ours"]).c_str(),
+      Json(series["bare"]).c_str());
   return 0;
 }
 
@@ -940,6 +944,7 @@ int main(int argc, char** argv) {
   int workers = 200;
   int concurrency = 64;
   int jobs = 4;
+  int pause_ms = 0;
   std::string worker, bare, stub, tls_dir;
   std::vector<std::string> directions = {"output", "input", "both"};
   std::string input_job = "/usr/bin/sha256sum";
@@ -970,6 +975,8 @@ int main(int argc, char** argv) {
       concurrency = std::stoi(value());
     else if (arg == "--jobs")
       jobs = std::stoi(value());
+    else if (arg == "--pause-ms")
+      pause_ms = std::stoi(value());
     else if (arg == "--tls")
       tls_dir = value();
     else if (arg == "--idle-timeout")
@@ -984,7 +991,7 @@ int main(int argc, char** argv) {
   if (mode == "pipes" && !worker.empty() && !bare.empty())
     return Pipes(worker, bare, mib, reps, directions, input_job);
   if (mode == "exec" && !worker.empty() && !bare.empty())
-    return Exec(worker, bare, jobs, reps);
+    return Exec(worker, bare, jobs, reps, pause_ms);
   if (mode == "trickle" && !worker.empty()) return Trickle(worker, reps);
   if (mode == "detached" && !worker.empty())
     return Detached(worker, mib, reps, jobs);

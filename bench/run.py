@@ -34,6 +34,11 @@ RSS_LIMIT_MIB = 64
 CPU_RATIO = 1.3  # issue 24: worker CPU per GiB and per job vs the floor's
 EXEC_JOBS = 200  # process-bench exec: calls of /bin/true per run and server
 EXEC_REPS = 5
+# The job start after a pause: a cgroup.procs write then waits a whole RCU
+# grace period, which a stream of back-to-back jobs hides.
+PAUSED_JOBS = 20
+PAUSED_REPS = 3
+PAUSED_MS = 500
 DETACHED_MIB = 512  # jobs as handles: attached vs detached, read by attach
 DETACHED_REPS = 5
 DETACHED_JOBS = 4  # detached jobs filling their buffers at once
@@ -227,6 +232,44 @@ def exec_rows(ex):
     ]
 
 
+def without_clone3(build, worker):
+    """A wrapper that runs `worker` where the kernel refuses clone3
+    (tests/support/no_clone3.py), so its jobs start the vfork way."""
+    path = os.path.join(build, "worker-without-clone3")
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\nexec /usr/bin/python3 "
+                f"{here}/../tests/support/no_clone3.py {worker} \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def paused_rows(px, pv):
+    """The job start after a pause, clone3 into the cgroup and the vfork
+    fallback's cgroup.procs write, each against posix_spawn in the same
+    run."""
+    wall, w = paired(px["ours"]["p50_us"], px["bare"]["p50_us"])
+    vwall, _ = paired(pv["ours"]["p50_us"], pv["bare"]["p50_us"])
+    floor = "(`bare-pipe`: `posix_spawn` + `waitpid`, no cgroup)"
+    return [
+        (f"`exec` of `/bin/true` {PAUSED_MS} ms after the last job ends, "
+         "call → end of stream (p50; p99 median): clone3 into the job's "
+         "cgroup",
+         f"{spread(px['ours']['p50_us'], ' µs', 0)}; "
+         f"{fmt(med(px['ours']['p99_us']), 0)} µs",
+         f"{spread(px['bare']['p50_us'], ' µs', 0)}; "
+         f"{fmt(med(px['bare']['p99_us']), 0)} µs {floor}",
+         wall, f"≤ {CPU_RATIO}×", verdict(w <= CPU_RATIO)),
+        ("the same where the kernel refuses clone3 (the fallback: vfork, "
+         "then a `cgroup.procs` write, which waits for an RCU grace period)",
+         f"{spread(pv['ours']['p50_us'], ' µs', 0)}; "
+         f"{fmt(med(pv['ours']['p99_us']), 0)} µs",
+         f"{spread(pv['bare']['p50_us'], ' µs', 0)}; "
+         f"{fmt(med(pv['bare']['p99_us']), 0)} µs (same)",
+         vwall, "— (what clone3 saves)", "—"),
+    ]
+
+
 def knob_default(worker, flag):
     """A serve knob's default as `serve --help` states it (the knob table's),
     as a number."""
@@ -357,6 +400,11 @@ def main():
     ex = json.loads(run([process, "exec", "--worker", worker, "--bare",
                          f"{build}/bench/bare-pipe", "--jobs", str(EXEC_JOBS),
                          "--reps", str(EXEC_REPS)]))
+    paused = [process, "exec", "--bare", f"{build}/bench/bare-pipe", "--jobs",
+              str(PAUSED_JOBS), "--reps", str(PAUSED_REPS), "--pause-ms",
+              str(PAUSED_MS)]
+    px = json.loads(run(paused + ["--worker", worker]))
+    pv = json.loads(run(paused + ["--worker", without_clone3(build, worker)]))
     dt = json.loads(run([process, "detached", "--worker", worker, "--mib",
                          str(DETACHED_MIB), "--reps", str(DETACHED_REPS),
                          "--jobs", str(DETACHED_JOBS)]))
@@ -441,6 +489,7 @@ def main():
                  f"{fmt(ep)} µs (same floor)",
                  f"{er / ep:.2f}×; {ed / ep:.2f}×", "— (where the time goes)", "—"))
     rows += exec_rows(ex)
+    rows += paused_rows(px, pv)
     rows += pipes_rows(pp, pb)
     rows += detached_rows(dt, knob_default(worker, "--job-output-buffer-mib"))
     first, line = med(tr["first_line_ms"]), max(tr["line_ms"])
@@ -533,7 +582,8 @@ def main():
         "the floor's run beside it. The job start (`process-bench exec`): "
         f"{EXEC_JOBS} `Dispatch` calls of `/bin/true` in turn on one channel to "
         "the worker, then as many to the bare pipeline's server, per run; the "
-        "server's CPU over them divided by their number. "
+        "server's CPU over them divided by their number; after a pause, "
+        f"{PAUSED_JOBS} calls {PAUSED_MS} ms apart, {PAUSED_REPS} runs. "
         "Allocations are counted by a replaced `operator new` in the benchmark. "
         "Counts of system calls, context switches and page faults per GiB and "
         "per job: `bench/where.py` (below).",

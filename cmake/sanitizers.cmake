@@ -21,6 +21,7 @@ if(CFDB_SANITIZE STREQUAL "address,undefined")
   add_compile_options(-O1 -g1)
 elseif(CFDB_SANITIZE STREQUAL "thread")
   set(CFDB_SANITIZE_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
+  add_compile_definitions(CFDB_TSAN=1)
 elseif(NOT CFDB_SANITIZE STREQUAL "")
   message(FATAL_ERROR "CFDB_SANITIZE='${CFDB_SANITIZE}': use empty, "
     "address,undefined or thread")

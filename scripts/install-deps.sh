@@ -18,6 +18,8 @@ if [ "${CFDB_DEPS:-all}" != build ]; then
     python3-jsonschema python3-yaml
     # The DNS server of reap --addresses-from dns: tests.
     python3-dnslib
+    # A seccomp filter that refuses clone3, for the vfork fallback's tests.
+    python3-seccomp
     # promtool checks the /metrics output and the shipped alert rules.
     prometheus
     # The Python client's wheel, built and installed in a venv, and its
@@ -34,6 +36,16 @@ done
 # when building without tests). Debian's npm only when none is on PATH, since
 # e.g. NodeSource's nodejs bundles its own.
 [ "${CFDB_NPM:-ON}" = OFF ] || command -v npm >/dev/null || missing+=(npm)
+# The Kubernetes manifests' tests render with kubectl 1.27+ (kustomize v5),
+# which Debian does not have (its kubernetes-client is 1.20): said, not
+# installed.
+if [ "${CFDB_DEPS:-all}" != build ]; then
+  minor=$(kubectl version --client -o json 2>/dev/null |
+    sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -1 || true)
+  [ "${minor:-0}" -ge 27 ] 2>/dev/null || echo "install-deps: no kubectl 1.27+" \
+    "on PATH: kubernetes_manifests and image-test's kube check will fail" \
+    "(https://kubernetes.io/docs/tasks/tools/)" >&2
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "installing: ${missing[*]}"
 sudo=""

@@ -1,8 +1,11 @@
 #include "exec/cgroup.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +73,60 @@ std::string JobsCgroupRoot(const std::string& own_dir) {
   for (size_t at; (at = root.find("//")) != std::string::npos;)
     root.erase(at, 1);
   return root;
+}
+
+namespace {
+
+// IsJobsRootName tells whether `name` is cfdb-jobs-<digits>-<digits>, as
+// JobsCgroupRoot names them.
+bool IsJobsRootName(std::string_view name) {
+  constexpr std::string_view kPrefix = "cfdb-jobs-";
+  if (!name.starts_with(kPrefix)) return false;
+  name.remove_prefix(kPrefix.size());
+  const size_t dash = name.find('-');
+  auto digits = [](std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+  };
+  return dash != std::string_view::npos && digits(name.substr(0, dash)) &&
+         digits(name.substr(dash + 1));
+}
+
+}  // namespace
+
+LeftoverCgroups RemoveLeftoverJobCgroups(const std::string& parent,
+                                         const std::string& own,
+                                         int64_t before_ns) {
+  LeftoverCgroups left;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name == own || !IsJobsRootName(name) || !entry.is_directory(error)) {
+      continue;
+    }
+    const int fd =
+        open(entry.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat made {};
+    const bool unlocked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    const bool old_enough =
+        fstat(fd, &made) == 0 &&
+        int64_t{made.st_ctim.tv_sec} * 1'000'000'000 + made.st_ctim.tv_nsec <
+            before_ns;
+    if (unlocked && old_enough) {
+      if (ReadFile(entry.path().string() + "/cgroup.events")
+              .find("populated 0") == std::string::npos) {
+        ++left.kept;
+      } else {
+        RemoveTree(entry.path());
+        if (access(entry.path().c_str(), F_OK) != 0)
+          left.removed.push_back(name);
+      }
+    }
+    close(fd);  // and with it the lock
+  }
+  return left;
 }
 
 int KillCgroup(const std::string& dir) {

@@ -3,7 +3,9 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -23,5 +25,21 @@ std::string JobsCgroupRoot(const std::string& own_dir);
 // (cgroup.kill), waits until it is empty (up to 5 s) and removes it with
 // every cgroup below it. Returns how many processes the cgroup itself held.
 int KillCgroup(const std::string& dir);
+
+// LeftoverCgroups is what RemoveLeftoverJobCgroups found: the names it
+// removed, and how many it kept because they still hold processes.
+struct LeftoverCgroups {
+  std::vector<std::string> removed;
+  int kept = 0;
+};
+
+// RemoveLeftoverJobCgroups removes, from the cgroup `parent`, the jobs'
+// subtrees of workers gone: directories named cfdb-jobs-<pid>-<n> (but
+// `own`), made before `before_ns` (CLOCK_REALTIME, as their ctime),
+// locked by no live worker (flock), and empty (cgroup.events: populated
+// 0), each with every cgroup below it. What it may not remove, it leaves.
+LeftoverCgroups RemoveLeftoverJobCgroups(const std::string& parent,
+                                         const std::string& own,
+                                         int64_t before_ns);
 
 }  // namespace cfdb::worker

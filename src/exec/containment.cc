@@ -1,9 +1,13 @@
 #include "cfdb/worker/containment.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,13 +17,17 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "core/errno_text.h"
+#include "core/log.h"
 #include "exec/cgroup.h"
 #include "exec/job_pids.h"
 #include "exec/process_table.h"
+#include "exec/spawn.h"
 
 namespace cfdb::worker {
 namespace {
@@ -32,20 +40,34 @@ absl::flat_hash_set<pid_t>& Spared() ABSL_EXCLUSIVE_LOCKS_REQUIRED(spared_mu) {
 
 std::atomic<int> next_job{0};
 
-bool WriteFile(const std::string& path, std::string_view text) {
-  std::ofstream out(path);
-  out << text;
-  out.flush();
-  return static_cast<bool>(out);
+// JobsRoot is the jobs' subtree made, and the descriptor that moves the
+// worker in.
+struct JobsRoot {
+  std::string dir;
+  int move_fd;
+};
+
+// CannotUse cleans up a subtree half made and says why it cannot be used.
+absl::Status CannotUse(const std::string& root, int lock_fd) {
+  const std::string why = ErrnoText(errno);
+  if (lock_fd >= 0) close(lock_fd);
+  rmdir((root + "/worker").c_str());
+  rmdir(root.c_str());
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cgroup ", root, " cannot hold the worker and kill its jobs (", why,
+      "; cgroup.kill needs Linux 5.14)"));
 }
 
-// MakeJobsRoot makes the jobs' subtree under this process's cgroup, checks
-// it can kill (cgroup.kill, Linux 5.14), and moves this process into a
-// leaf of it ("worker"), so that the subtree is the common ancestor of the
-// worker and its jobs: moving a job's program into its cgroup then needs
+// MakeJobsRoot makes the jobs' subtree under this process's cgroup, locks
+// it (flock: a live worker's, which no other worker removes), checks it
+// can kill (cgroup.kill, Linux 5.14), and makes the leaf the worker will
+// move into ("worker"), so that the subtree is the common ancestor of the
+// worker and its jobs: starting a job's program in its cgroup then needs
 // write access to the subtree only, which the worker keeps after dropping
-// its privileges. The job guard removes the subtree when the worker is gone.
-absl::StatusOr<std::string> MakeJobsRoot() {
+// its privileges. The leaf's cgroup.procs is opened now, while the worker
+// may: the kernel (5.16+) checks a write against the opener. The job guard
+// removes the subtree when the worker is gone.
+absl::StatusOr<JobsRoot> MakeJobsRoot() {
   absl::StatusOr<std::string> own = OwnCgroupDir();
   if (!own.ok()) return own.status();
   std::string root = JobsCgroupRoot(*own);
@@ -54,18 +76,42 @@ absl::StatusOr<std::string> MakeJobsRoot() {
         absl::StrCat("cannot make the cgroup ", root, ": ", ErrnoText(errno),
                      " (the cgroup subtree is not delegated to this process)"));
   }
-  const std::string worker = root + "/worker";
-  if (access((root + "/cgroup.kill").c_str(), W_OK) != 0 ||
-      mkdir(worker.c_str(), 0755) != 0 ||
-      !WriteFile(worker + "/cgroup.procs", absl::StrCat(getpid()))) {
-    const std::string why = ErrnoText(errno);
-    rmdir(worker.c_str());
-    rmdir(root.c_str());
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cgroup ", root, " cannot hold the worker and kill its jobs (", why,
-        "; cgroup.kill needs Linux 5.14)"));
+  // Held open, and so locked, for the process's life: the lock goes with
+  // the worker, not before, so no other worker takes the subtree for a
+  // leftover while this one still runs in it.
+  const int lock_fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 ||
+      access((root + "/cgroup.kill").c_str(), W_OK) != 0 ||
+      mkdir((root + "/worker").c_str(), 0755) != 0) {
+    return CannotUse(root, lock_fd);
   }
-  return root;
+  const int move_fd =
+      open((root + "/worker/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (move_fd < 0) return CannotUse(root, lock_fd);
+  return JobsRoot{.dir = std::move(root), .move_fd = move_fd};
+}
+
+// ChecksOpener tells whether this kernel checks a cgroup.procs write
+// against the credentials of the file's opener (Linux 5.16 and later), so
+// that a descriptor opened while privileged moves the worker after it
+// dropped them.
+bool ChecksOpener() {
+  utsname name{};
+  if (uname(&name) != 0) return false;
+  const std::vector<absl::string_view> parts =
+      absl::StrSplit(name.release, absl::MaxSplits('.', 2));
+  int major = 0, minor = 0;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &major) ||
+      !absl::SimpleAtoi(parts[1], &minor)) {
+    return false;
+  }
+  return major > 5 || (major == 5 && minor >= 16);
+}
+
+int64_t RealtimeNs() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
 }
 
 }  // namespace
@@ -77,37 +123,57 @@ absl::StatusOr<std::unique_ptr<Containment>> Containment::Start(
         absl::StrCat("prctl(PR_SET_CHILD_SUBREAPER): ", ErrnoText(errno)));
   }
   if (mode == ContainmentMode::kSubreaper) {
-    return std::unique_ptr<Containment>(new Containment("", "as asked"));
+    return std::unique_ptr<Containment>(new Containment("", "as asked", -1));
   }
-  absl::StatusOr<std::string> made = MakeJobsRoot();
+  absl::StatusOr<JobsRoot> made = MakeJobsRoot();
   if (made.ok()) {
     return std::unique_ptr<Containment>(new Containment(
-        *made, mode == ContainmentMode::kAuto ? "auto: cgroup v2 is writable"
-                                              : "as asked"));
+        made->dir,
+        mode == ContainmentMode::kAuto ? "auto: cgroup v2 is writable"
+                                       : "as asked",
+        made->move_fd));
   }
   if (mode == ContainmentMode::kCgroup) return made.status();
   return std::unique_ptr<Containment>(new Containment(
-      "", absl::StrCat("auto: no cgroup here: ", made.status().message())));
+      "", absl::StrCat("auto: no cgroup here: ", made.status().message()), -1));
 }
 
-Containment::Containment(std::string root, std::string why)
-    : root_(std::move(root)), why_(std::move(why)) {}
+Containment::Containment(std::string root, std::string why, int move_fd)
+    : root_(std::move(root)),
+      why_(std::move(why)),
+      move_fd_(move_fd),
+      started_ns_(RealtimeNs()) {}
 
 Containment::~Containment() {
   stop_.Stop();
   if (thread_.joinable()) thread_.join();
   Sweep();
-  // Back to the cgroup it came from, and the subtree away, where the
-  // worker still may (as root); else the job guard does it after the exit.
-  if (root_.empty()) return;
-  const std::string back = root_.substr(0, root_.rfind('/'));
-  if (WriteFile(back + "/cgroup.procs", absl::StrCat(getpid()))) {
-    KillCgroup(root_);
-  }
+  if (move_fd_ >= 0) close(move_fd_);
+  // The lock goes with the process: the subtree is the job guard's to
+  // remove once the worker has exited, and no other worker's before.
+}
+
+absl::Status Containment::MoveIn() {
+  absl::call_once(move_once_, [this] {
+    if (move_fd_ < 0) return;
+    const std::string pid = absl::StrCat(getpid());
+    if (write(move_fd_, pid.data(), pid.size()) !=
+        static_cast<ssize_t>(pid.size())) {
+      moved_ = absl::InternalError(
+          absl::StrCat("cannot move the worker into its cgroup ", root_,
+                       "/worker: ", ErrnoText(errno)));
+    }
+    close(move_fd_);
+    move_fd_ = -1;
+  });
+  return moved_;
 }
 
 absl::Status Containment::Delegate(uid_t uid, gid_t gid) {
   if (root_.empty()) return absl::OkStatus();
+  if (!ChecksOpener()) {
+    if (absl::Status s = MoveIn(); !s.ok()) return s;
+  }
   // What the kernel checks: write access to the subtree (to make and remove
   // cgroups) and to the cgroup.procs of the common ancestor of the worker
   // and its jobs, the subtree itself.
@@ -125,6 +191,12 @@ absl::Status Containment::Delegate(uid_t uid, gid_t gid) {
 
 void Containment::StartSweeping(Duration interval) {
   thread_ = std::thread([this, interval] {
+    if (absl::Status s = MoveIn(); !s.ok()) {
+      spdlog::error("job containment: {}; jobs cannot start",
+                    std::string(s.message()));
+    }
+    internal::ProbeSpawn(uses_cgroups() ? root_ + "/worker" : "");
+    if (uses_cgroups()) RemoveLeftovers();
     const Watcher watcher = stop_.watcher();
     while (watcher.WaitUntil(std::chrono::steady_clock::now() + interval)) {
       Sweep();
@@ -146,8 +218,27 @@ std::string Containment::Describe() const {
       "job's group is killed at once");
 }
 
+void Containment::RemoveLeftovers() const {
+  const std::string parent = root_.substr(0, root_.rfind('/'));
+  const LeftoverCgroups left = RemoveLeftoverJobCgroups(
+      parent, root_.substr(parent.size() + 1), started_ns_);
+  if (!left.removed.empty()) {
+    spdlog::info(
+        "job containment: removed {} empty cgroup subtree(s) that workers "
+        "which did not exit left in {}: {}",
+        left.removed.size(), parent, absl::StrJoin(left.removed, ", "));
+  }
+  if (left.kept > 0) {
+    spdlog::warn(
+        "job containment: {} cgroup subtree(s) of workers gone still hold "
+        "processes in {} (cfdb-jobs-*): left as they are",
+        left.kept, parent);
+  }
+}
+
 absl::StatusOr<std::string> Containment::JobCgroup() {
   if (root_.empty()) return std::string();
+  if (absl::Status s = MoveIn(); !s.ok()) return s;
   std::string dir = absl::StrCat(root_, "/job-", next_job++);
   if (mkdir(dir.c_str(), 0755) != 0) {
     return absl::InternalError(absl::StrCat("cannot make the job's cgroup ",

@@ -49,6 +49,7 @@ using internal::MakePipe;
 using internal::Pipe;
 using internal::SetNonBlocking;
 using internal::Spawn;
+using internal::Spawned;
 using internal::StdinFeeder;
 
 // UidSlot is a job's claim on one uid of its JobUser's range, from the
@@ -111,14 +112,17 @@ char* ReadBuffer(OutputStream stream) {
 // RunningProgram is one program from its start to its reaping.
 class RunningProgram {
  public:
-  RunningProgram(JobContext& ctx, const ExecSpec& spec, pid_t pid,
+  RunningProgram(JobContext& ctx, const ExecSpec& spec, Spawned program,
                  std::string cgroup, Containment* containment, Fd in, Fd out,
                  Fd err)
       : ctx_(ctx),
-        pid_(pid),
+        pid_(program.pid),
         cgroup_(std::move(cgroup)),
         containment_(containment),
-        pidfd_(static_cast<int>(syscall(SYS_pidfd_open, pid, 0))),
+        // From clone3, else made now.
+        pidfd_(program.pidfd ? std::move(program.pidfd)
+                             : Fd(static_cast<int>(
+                                   syscall(SYS_pidfd_open, program.pid, 0)))),
         stdin_(ctx, spec.stdin_data, std::move(in)),
         outputs_{Output{OutputStream::kStdout, std::move(out), {}},
                  Output{OutputStream::kStderr, std::move(err), {}}} {
@@ -416,7 +420,7 @@ JobOutcome RunExec(JobContext& ctx, const ExecOptions& options) {
                                 std::string(made.status().message()));
     }
     cgroup = *made;
-    if (!cgroup.empty()) who.cgroup_procs = cgroup + "/cgroup.procs";
+    who.cgroup = cgroup;
   }
   const auto start_failed = [&cgroup](std::string why) {
     if (!cgroup.empty()) KillCgroup(cgroup);
@@ -426,16 +430,18 @@ JobOutcome RunExec(JobContext& ctx, const ExecOptions& options) {
   if (!in || !out || !err) {
     return start_failed(absl::StrCat("pipe: ", ErrnoText(errno)));
   }
-  absl::StatusOr<pid_t> pid =
+  absl::StatusOr<Spawned> program =
       Spawn(spec, who, in->read.get(), out->write.get(), err->write.get());
-  if (!pid.ok()) return start_failed(std::string(pid.status().message()));
+  if (!program.ok()) {
+    return start_failed(std::string(program.status().message()));
+  }
   ctx.Running();
   in->read.Reset();
   out->write.Reset();
   err->write.Reset();
-  return RunningProgram(ctx, spec, *pid, cgroup, options.containment,
-                        std::move(in->write), std::move(out->read),
-                        std::move(err->read))
+  return RunningProgram(ctx, spec, *std::move(program), cgroup,
+                        options.containment, std::move(in->write),
+                        std::move(out->read), std::move(err->read))
       .Wait();
 }
 

@@ -1,6 +1,7 @@
-// Starting a job's program: vfork + execve as the job's user, in its cgroup,
-// with the given descriptors as its stdin, stdout and stderr (exec.cc), and
-// the descriptor helpers it and the poll loop share.
+// Starting a job's program: clone3 straight into its cgroup (else vfork) +
+// execve as the job's user, with the given descriptors as its stdin, stdout
+// and stderr (exec.cc), and the descriptor helpers it and the poll loop
+// share.
 #pragma once
 
 #include <sys/resource.h>
@@ -53,20 +54,40 @@ void SetNonBlocking(int fd);
 
 // Identity is who a program runs as, where, and in which cgroup.
 struct Identity {
-  std::string cwd;           // "": the worker's own
-  std::string cgroup_procs;  // "": none
+  std::string cwd;     // "": the worker's own
+  std::string cgroup;  // the job cgroup's directory; "": none
   std::optional<JobUser> user;
   uid_t uid = 0;  // user->uid + the job's uid slot
   rlim_t nproc = 0;
   rlim_t nofile = 0;
 };
 
+// Spawned is a program started: its pid and, where the kernel gave one at
+// the start (clone3's CLONE_PIDFD), a pidfd for it (else none).
+struct Spawned {
+  pid_t pid = -1;
+  Fd pidfd;
+};
+
 // Spawn starts `spec` as `who` with the given ends as fds 0, 1 and 2 and
-// registers its pid (JobPids). Returns the pid; FAILED_PRECONDITION when the
-// child could not set itself up or exec (the message says which step and
-// why), INTERNAL when no pipe or process could be made. Thread-safe: the
-// child is forked under JobPids::mu.
-absl::StatusOr<pid_t> Spawn(const ExecSpec& spec, const Identity& who, int in,
-                            int out, int err);
+// registers its pid (JobPids). Where the kernel has clone3 (Linux 5.7+ for
+// CLONE_INTO_CGROUP) and no seccomp filter refuses it, the child is created
+// in its cgroup with a pidfd (CLONE_INTO_CGROUP | CLONE_PIDFD, vfork's
+// semantics: CLONE_VM | CLONE_VFORK on a stack of its own): no cgroup.procs
+// write, which waits for an RCU grace period, and no pidfd_open. Else (the
+// first refusal is logged once, and every later spawn takes this way) it is
+// vforked and writes itself into the cgroup's cgroup.procs. Returns the
+// program; FAILED_PRECONDITION when the child could not set itself up or
+// exec (the message says which step and why), INTERNAL when no pipe or
+// process could be made. Thread-safe: the child is created under
+// JobPids::mu.
+absl::StatusOr<Spawned> Spawn(const ExecSpec& spec, const Identity& who, int in,
+                              int out, int err);
+
+// ProbeSpawn finds out, with a child that exits at once, whether this
+// kernel lets Spawn take clone3 (into `cgroup`, a cgroup's directory where
+// not ""), so that a refusal is said at start rather than at the first
+// job. Thread-safe; takes JobPids::mu.
+void ProbeSpawn(const std::string& cgroup);
 
 }  // namespace cfdb::worker::internal

@@ -3,7 +3,9 @@
 // process a job starts outlives it, whatever it does to its process group
 // or session, under either containment; one job's leftovers cannot touch
 // the next job; a fork loop cannot starve the worker or another job.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
+#include "exec/cgroup.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
@@ -275,7 +278,24 @@ int LiveWith(const std::string& marker) {
 
 enum class Escape { kJoinWorkerGroup, kOwnGroup, kSession, kDoubleFork };
 enum class End { kExit, kClientCancel, kTimeLimit, kStop, kLifetime };
-enum class Mode { kSubreaper, kCgroup, kCgroupAsWorkerUser };
+// kCgroupByVfork: cgroups, with a worker whose kernel refuses clone3
+// (tests/support/no_clone3.py), so that its jobs start by vfork and a
+// cgroup.procs write.
+enum class Mode { kSubreaper, kCgroup, kCgroupAsWorkerUser, kCgroupByVfork };
+
+// Whether this build's worker always takes the vfork way (a sanitizer
+// build: src/exec/spawn.cc).
+#if defined(CFDB_ASAN) || defined(CFDB_TSAN) || !defined(__x86_64__)
+constexpr bool kVforkBuild = true;
+#else
+constexpr bool kVforkBuild = false;
+#endif
+
+// The command that runs the worker under a seccomp filter answering clone3
+// with ENOSYS.
+std::vector<std::string> NoClone3() {
+  return {"/usr/bin/python3", CFDB_NO_CLONE3};
+}
 
 // EscapeJob is a job that starts a `sleep MARKER` which escapes its job as
 // `how`, says "escaped", and then exits (kExit) or waits to be ended.
@@ -321,7 +341,8 @@ std::string Name(const Row& row) {
   return absl::StrCat(row.mode == Mode::kCgroup ? "Cgroup"
                       : row.mode == Mode::kCgroupAsWorkerUser
                           ? "CgroupAsWorkerUser"
-                          : "Subreaper",
+                      : row.mode == Mode::kCgroupByVfork ? "CgroupByVfork"
+                                                         : "Subreaper",
                       escapes[static_cast<int>(row.escape)], "Then",
                       ends[static_cast<int>(row.end)]);
 }
@@ -358,7 +379,9 @@ TEST_P(EscapeTest, NothingOfTheJobOutlivesIt) {
                              "--max-lifetime-grace-seconds", "1"});
   }
   const TimePoint started = Now();
-  Daemon daemon(args);
+  Daemon daemon(args, row.mode == Mode::kCgroupByVfork
+                          ? NoClone3()
+                          : std::vector<std::string>{});
   ASSERT_GT(daemon.pid(), 0) << daemon.log();
   auto connection = Connect(daemon);
   JobRequest request =
@@ -434,11 +457,118 @@ std::vector<Row> Rows() {
   // A worker that dropped to its own user keeps its cgroup subtree.
   rows.push_back({Mode::kCgroupAsWorkerUser, Escape::kDoubleFork, End::kExit});
   rows.push_back({Mode::kCgroupAsWorkerUser, Escape::kSession, End::kStop});
+  // The vfork fallback holds the job as well.
+  rows.push_back({Mode::kCgroupByVfork, Escape::kDoubleFork, End::kExit});
+  rows.push_back({Mode::kCgroupByVfork, Escape::kSession, End::kStop});
   return rows;
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, EscapeTest, ::testing::ValuesIn(Rows()),
                          [](const auto& p) { return Name(p.param); });
+
+// A job's program is in its own cgroup from its start, whether the worker
+// made it there with clone3 or (where clone3 is refused) it wrote itself
+// into cgroup.procs; the fallback is said once, and only where taken.
+TEST_F(SandboxTest, AJobStartsInItsCgroupWithClone3OrItsFallback) {
+  for (const bool refused : {false, true}) {
+    SCOPED_TRACE(refused ? "clone3 refused" : "clone3");
+    Daemon daemon({"--job-user", kJobUser, "--idle-timeout-seconds", "0",
+                   "--job-containment", "cgroup"},
+                  refused ? NoClone3() : std::vector<std::string>{});
+    ASSERT_GT(daemon.pid(), 0) << daemon.log();
+    auto connection = Connect(daemon);
+    for (int job = 0; job < 2; ++job) {
+      EXPECT_THAT(RunJob(*connection, {"cat", "/proc/self/cgroup"}),
+                  ::testing::ContainsRegex(absl::StrCat(
+                      "0::/.*cfdb-jobs-[0-9]+-[0-9]+/job-", job, "\n")));
+    }
+    const std::string fallback = "jobs start with vfork";
+    if (refused || kVforkBuild) {
+      ASSERT_TRUE(daemon.WaitForLog(fallback)) << daemon.log();
+    }
+    const std::string log = daemon.log();
+    if (refused || kVforkBuild) {
+      EXPECT_THAT(log, HasSubstr(fallback + " and join their cgroup"));
+      EXPECT_EQ(log.find(fallback), log.rfind(fallback)) << log;
+      EXPECT_THAT(log, HasSubstr(kVforkBuild ? "sanitizer"
+                                             : "Function not implemented"))
+          << log;
+    } else {
+      EXPECT_THAT(log, ::testing::Not(HasSubstr(fallback)));
+    }
+    EXPECT_TRUE(connection->Stop(Duration::zero(), kTimeout).ok());
+  }
+}
+
+// A worker removes the cgroup subtrees that workers killed outright left
+// beside its own: only empty ones of its kind that no live worker holds
+// (flock), said once; and its own goes once it has exited (the job guard).
+TEST_F(SandboxTest, LeftoverJobCgroupsAreRemovedOnlyWhenEmptyAndUnheld) {
+  absl::StatusOr<std::string> parent = OwnCgroupDir();
+  if (!parent.ok() || access(parent->c_str(), W_OK) != 0) {
+    GTEST_SKIP() << "no writable cgroup v2 here";
+  }
+  while (parent->size() > 1 && parent->back() == '/') parent->pop_back();
+  const std::string base = absl::StrCat(*parent, "/cfdb-jobs-", getpid());
+  const std::string empty = base + "-1", busy = base + "-2", held = base + "-3",
+                    other = *parent + "/cfdb-jobs-x";
+  for (const std::string& dir : {empty, empty + "/worker", empty + "/job-0",
+                                 busy, busy + "/job-0", held, other}) {
+    ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir << ": " << errno;
+  }
+  // A process left in `busy`, and `held` locked as a live worker locks its.
+  test_support::CollectingJob left(
+      ExecRequest({"/bin/sh", "-c",
+                   absl::StrCat("echo $$ > ", busy,
+                                "/job-0/cgroup.procs; exec sleep 600")}));
+  std::thread leaving([&] { RunExec(left); });
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::ifstream events(busy + "/cgroup.events");
+        std::string text((std::istreambuf_iterator<char>(events)), {});
+        return text.find("populated 1") != std::string::npos;
+      },
+      seconds(10)));
+  const int lock = open(held.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_EQ(flock(lock, LOCK_EX), 0);
+
+  std::string own;
+  {
+    Daemon daemon(
+        {"--idle-timeout-seconds", "0", "--job-containment", "cgroup"});
+    ASSERT_GT(daemon.pid(), 0) << daemon.log();
+    ASSERT_TRUE(daemon.WaitForLog("still hold processes")) << daemon.log();
+    const std::string log = daemon.log();
+    EXPECT_THAT(log, HasSubstr(absl::StrCat(
+                         "removed 1 empty cgroup subtree(s) that workers which "
+                         "did not exit left in ",
+                         *parent, ": cfdb-jobs-", getpid(), "-1\n")))
+        << log;
+    EXPECT_EQ(log.find("removed 1"), log.rfind("removed 1")) << log;
+    EXPECT_FALSE(std::filesystem::exists(empty));
+    for (const std::string& dir : {busy, held, other}) {
+      EXPECT_TRUE(std::filesystem::exists(dir)) << dir;
+    }
+    std::smatch under;
+    ASSERT_TRUE(std::regex_search(
+        log, under, std::regex("a cgroup per job under ([^ ]+) ")))
+        << log;
+    own = under[1];
+    EXPECT_TRUE(std::filesystem::exists(own + "/worker"));
+    auto connection = Connect(daemon);
+    EXPECT_EQ(RunJob(*connection, {"echo", "ran"}), "ran\n");
+    EXPECT_TRUE(connection->Stop(Duration::zero(), kTimeout).ok());
+    EXPECT_EQ(daemon.Wait(), JobOutcome::Exited(0)) << daemon.log();
+  }
+  EXPECT_TRUE(
+      WaitFor([&] { return !std::filesystem::exists(own); }, seconds(10)))
+      << own << " outlived its worker";
+
+  close(lock);
+  KillCgroup(busy);
+  leaving.join();
+  for (const std::string& dir : {held, other}) rmdir(dir.c_str());
+}
 
 // A first job leaves a process behind that would read the next job's
 // environment and steal its stdin; the next job, from another client,

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <thread>
 
+#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "cfdb/worker/clock.h"
 #include "cfdb/worker/shutdown.h"
@@ -45,26 +46,45 @@ enum class ContainmentMode {
 class Containment {
  public:
   // Start makes the worker a child subreaper, and with kAuto or kCgroup a
-  // cgroup subtree for jobs (cfdb-jobs-<pid> under the worker's cgroup,
-  // the worker itself moved into its leaf "worker"). Call before dropping
-  // privileges, and with one thread. INTERNAL if the kernel refuses the
-  // subreaper; FAILED_PRECONDITION for kCgroup where no cgroup can be made
-  // (saying why).
+  // cgroup subtree for jobs (cfdb-jobs-<pid>-<n> under the worker's
+  // cgroup, locked with flock(2) for the worker's life, with an empty leaf
+  // "worker" for the worker itself). The worker moves into that leaf later,
+  // once (MoveIn): a write to cgroup.procs waits for an RCU grace period
+  // (milliseconds), so it is not done on the way to the listening port.
+  // Call before dropping privileges, and with one thread. INTERNAL if the
+  // kernel refuses the subreaper; FAILED_PRECONDITION for kCgroup where no
+  // cgroup can be made (saying why).
   static absl::StatusOr<std::unique_ptr<Containment>> Start(
       ContainmentMode mode);
 
   // Delegate hands the cgroup subtree to `uid`:`gid`, the user the worker is
   // about to become, so it can make and remove its jobs' cgroups (a no-op
-  // under the subreaper). INTERNAL if it cannot.
+  // under the subreaper). INTERNAL if it cannot. On a kernel before 5.16,
+  // which checks a cgroup.procs write against the writer's credentials
+  // rather than the opener's, it also moves the worker in (MoveIn) while
+  // it still may.
   absl::Status Delegate(uid_t uid, gid_t gid);
 
-  // StartSweeping sweeps every `interval` on a thread of its own (call
-  // once, after dropping privileges).
+  // MoveIn moves the worker into its subtree's leaf, once: the first call
+  // does it (through a cgroup.procs descriptor opened by Start, so it works
+  // after the privileges are dropped), later ones wait for it and return
+  // its result. A job's cgroup needs it done (the kernel lets a process
+  // start a child in a cgroup only from within the common ancestor it may
+  // write). OK under the subreaper; INTERNAL if the kernel refused.
+  absl::Status MoveIn();
+
+  // StartSweeping starts a thread of its own (call once, after dropping
+  // privileges) that moves the worker in (MoveIn), then removes the
+  // subtrees that workers which did not exit left beside its own (only
+  // empty ones, named cfdb-jobs-<pid>-<n>, made before this worker started
+  // and locked by no live worker), saying once how many, then sweeps every
+  // `interval`.
   void StartSweeping(Duration interval = std::chrono::milliseconds(500));
 
   // Stops the thread and sweeps a last time. The cgroup subtree, which
   // holds the worker itself, goes when the worker is gone (the job guard
-  // removes it).
+  // removes it; the worker does not move out, which would wait for an RCU
+  // grace period on the way to its exit).
   ~Containment();
   Containment(const Containment&) = delete;
   Containment& operator=(const Containment&) = delete;
@@ -76,7 +96,8 @@ class Containment {
   std::string Describe() const;
 
   // JobCgroup makes an empty cgroup for one job and returns its directory
-  // ("" under the subreaper). INTERNAL if it cannot be made.
+  // ("" under the subreaper), after MoveIn. INTERNAL if it cannot be made
+  // or the worker could not move in.
   absl::StatusOr<std::string> JobCgroup();
 
   // Sweep kills what jobs left behind (under the subreaper: processes
@@ -90,10 +111,17 @@ class Containment {
   void Spare(pid_t pid);
 
  private:
-  Containment(std::string root, std::string why);
+  Containment(std::string root, std::string why, int move_fd);
 
-  const std::string root_;  // the jobs' cgroup subtree, "" without one
-  const std::string why_;   // why this mechanism, for Describe
+  // RemoveLeftovers removes what StartSweeping says, and logs it.
+  void RemoveLeftovers() const;
+
+  const std::string root_;    // the jobs' cgroup subtree, "" without one
+  const std::string why_;     // why this mechanism, for Describe
+  int move_fd_;               // root_/worker/cgroup.procs until MoveIn
+  const int64_t started_ns_;  // CLOCK_REALTIME at Start, as ctime is
+  absl::once_flag move_once_;
+  absl::Status moved_;
   Shutdown stop_;
   std::thread thread_;
 };
