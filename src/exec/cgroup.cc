@@ -96,8 +96,7 @@ bool IsJobsRootName(std::string_view name) {
 }  // namespace
 
 LeftoverCgroups RemoveLeftoverJobCgroups(const std::string& parent,
-                                         const std::string& own,
-                                         int64_t before_ns) {
+                                         const std::string& own) {
   LeftoverCgroups left;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(parent, error)) {
@@ -108,13 +107,7 @@ LeftoverCgroups RemoveLeftoverJobCgroups(const std::string& parent,
     const int fd =
         open(entry.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) continue;
-    struct stat made {};
-    const bool unlocked = flock(fd, LOCK_EX | LOCK_NB) == 0;
-    const bool old_enough =
-        fstat(fd, &made) == 0 &&
-        int64_t{made.st_ctim.tv_sec} * 1'000'000'000 + made.st_ctim.tv_nsec <
-            before_ns;
-    if (unlocked && old_enough) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
       if (ReadFile(entry.path().string() + "/cgroup.events")
               .find("populated 0") == std::string::npos) {
         ++left.kept;

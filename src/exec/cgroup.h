@@ -3,7 +3,6 @@
 
 #include <sys/types.h>
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,11 +34,11 @@ struct LeftoverCgroups {
 
 // RemoveLeftoverJobCgroups removes, from the cgroup `parent`, the jobs'
 // subtrees of workers gone: directories named cfdb-jobs-<pid>-<n> (but
-// `own`), made before `before_ns` (CLOCK_REALTIME, as their ctime),
-// locked by no live worker (flock), and empty (cgroup.events: populated
-// 0), each with every cgroup below it. What it may not remove, it leaves.
+// `own`), locked by no live worker (flock; held while it looks, so a
+// worker making its subtree waits and sees whether it is still there),
+// and empty (cgroup.events: populated 0), each with every cgroup below it.
+// What it may not remove, it leaves.
 LeftoverCgroups RemoveLeftoverJobCgroups(const std::string& parent,
-                                         const std::string& own,
-                                         int64_t before_ns);
+                                         const std::string& own);
 
 }  // namespace cfdb::worker

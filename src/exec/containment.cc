@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -71,17 +70,27 @@ absl::StatusOr<JobsRoot> MakeJobsRoot() {
   absl::StatusOr<std::string> own = OwnCgroupDir();
   if (!own.ok()) return own.status();
   std::string root = JobsCgroupRoot(*own);
-  if (mkdir(root.c_str(), 0755) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot make the cgroup ", root, ": ", ErrnoText(errno),
-                     " (the cgroup subtree is not delegated to this process)"));
+  // The lock is held open for the process's life: it goes with the worker,
+  // not before, so no other worker takes the subtree for a leftover while
+  // this one runs. Between the mkdir and the lock another worker's sweep
+  // may take the new, empty subtree for one and remove it (it holds the
+  // lock while it looks): then it is made again.
+  int lock_fd = -1;
+  for (int attempt = 0;; ++attempt) {
+    if (mkdir(root.c_str(), 0755) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot make the cgroup ", root, ": ", ErrnoText(errno),
+          " (the cgroup subtree is not delegated to this process)"));
+    }
+    lock_fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0) {
+      return CannotUse(root, lock_fd);
+    }
+    if (access((root + "/cgroup.procs").c_str(), F_OK) == 0) break;
+    close(lock_fd);
+    if (attempt == 2) return CannotUse(root, -1);
   }
-  // Held open, and so locked, for the process's life: the lock goes with
-  // the worker, not before, so no other worker takes the subtree for a
-  // leftover while this one still runs in it.
-  const int lock_fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 ||
-      access((root + "/cgroup.kill").c_str(), W_OK) != 0 ||
+  if (access((root + "/cgroup.kill").c_str(), W_OK) != 0 ||
       mkdir((root + "/worker").c_str(), 0755) != 0) {
     return CannotUse(root, lock_fd);
   }
@@ -108,12 +117,6 @@ bool ChecksOpener() {
   return major > 5 || (major == 5 && minor >= 16);
 }
 
-int64_t RealtimeNs() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Containment>> Containment::Start(
@@ -127,11 +130,17 @@ absl::StatusOr<std::unique_ptr<Containment>> Containment::Start(
   }
   absl::StatusOr<JobsRoot> made = MakeJobsRoot();
   if (made.ok()) {
-    return std::unique_ptr<Containment>(new Containment(
+    std::unique_ptr<Containment> containment(new Containment(
         made->dir,
         mode == ContainmentMode::kAuto ? "auto: cgroup v2 is writable"
                                        : "as asked",
         made->move_fd));
+    // A kernel that checks the writer rather than the opener: now, while
+    // the worker still has its privileges.
+    if (!ChecksOpener()) {
+      if (absl::Status s = containment->MoveIn(); !s.ok()) return s;
+    }
+    return containment;
   }
   if (mode == ContainmentMode::kCgroup) return made.status();
   return std::unique_ptr<Containment>(new Containment(
@@ -139,10 +148,7 @@ absl::StatusOr<std::unique_ptr<Containment>> Containment::Start(
 }
 
 Containment::Containment(std::string root, std::string why, int move_fd)
-    : root_(std::move(root)),
-      why_(std::move(why)),
-      move_fd_(move_fd),
-      started_ns_(RealtimeNs()) {}
+    : root_(std::move(root)), why_(std::move(why)), move_fd_(move_fd) {}
 
 Containment::~Containment() {
   stop_.Stop();
@@ -171,9 +177,6 @@ absl::Status Containment::MoveIn() {
 
 absl::Status Containment::Delegate(uid_t uid, gid_t gid) {
   if (root_.empty()) return absl::OkStatus();
-  if (!ChecksOpener()) {
-    if (absl::Status s = MoveIn(); !s.ok()) return s;
-  }
   // What the kernel checks: write access to the subtree (to make and remove
   // cgroups) and to the cgroup.procs of the common ancestor of the worker
   // and its jobs, the subtree itself.
@@ -220,18 +223,18 @@ std::string Containment::Describe() const {
 
 void Containment::RemoveLeftovers() const {
   const std::string parent = root_.substr(0, root_.rfind('/'));
-  const LeftoverCgroups left = RemoveLeftoverJobCgroups(
-      parent, root_.substr(parent.size() + 1), started_ns_);
+  const LeftoverCgroups left =
+      RemoveLeftoverJobCgroups(parent, root_.substr(parent.size() + 1));
   if (!left.removed.empty()) {
     spdlog::info(
-        "job containment: removed {} empty cgroup subtree(s) that workers "
-        "which did not exit left in {}: {}",
+        "job containment: removed {} empty cgroup subtree(s) of workers "
+        "gone from {}: {}",
         left.removed.size(), parent, absl::StrJoin(left.removed, ", "));
   }
   if (left.kept > 0) {
     spdlog::warn(
-        "job containment: {} cgroup subtree(s) of workers gone still hold "
-        "processes in {} (cfdb-jobs-*): left as they are",
+        "job containment: {} cgroup subtree(s) of workers gone from {} "
+        "(cfdb-jobs-*) still hold processes: left as they are",
         left.kept, parent);
   }
 }

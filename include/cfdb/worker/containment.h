@@ -50,7 +50,9 @@ class Containment {
   // cgroup, locked with flock(2) for the worker's life, with an empty leaf
   // "worker" for the worker itself). The worker moves into that leaf later,
   // once (MoveIn): a write to cgroup.procs waits for an RCU grace period
-  // (milliseconds), so it is not done on the way to the listening port.
+  // (milliseconds), so it is not done on the way to the listening port;
+  // but at once on a kernel before 5.16, which checks that write against
+  // the writer's privileges rather than the opener's.
   // Call before dropping privileges, and with one thread. INTERNAL if the
   // kernel refuses the subreaper; FAILED_PRECONDITION for kCgroup where no
   // cgroup can be made (saying why).
@@ -59,10 +61,7 @@ class Containment {
 
   // Delegate hands the cgroup subtree to `uid`:`gid`, the user the worker is
   // about to become, so it can make and remove its jobs' cgroups (a no-op
-  // under the subreaper). INTERNAL if it cannot. On a kernel before 5.16,
-  // which checks a cgroup.procs write against the writer's credentials
-  // rather than the opener's, it also moves the worker in (MoveIn) while
-  // it still may.
+  // under the subreaper). INTERNAL if it cannot.
   absl::Status Delegate(uid_t uid, gid_t gid);
 
   // MoveIn moves the worker into its subtree's leaf, once: the first call
@@ -74,11 +73,14 @@ class Containment {
   absl::Status MoveIn();
 
   // StartSweeping starts a thread of its own (call once, after dropping
-  // privileges) that moves the worker in (MoveIn), then removes the
-  // subtrees that workers which did not exit left beside its own (only
-  // empty ones, named cfdb-jobs-<pid>-<n>, made before this worker started
-  // and locked by no live worker), saying once how many, then sweeps every
-  // `interval`.
+  // privileges) that moves the worker in (MoveIn), finds out whether jobs
+  // can start with clone3 (spawn.h, ProbeSpawn: a refusal is logged once),
+  // removes the subtrees that workers gone left beside its own in its
+  // cgroup (only empty ones, named cfdb-jobs-<pid>-<n>, locked by no live
+  // worker), saying once how many, then sweeps every `interval`. A worker
+  // that is PID 1 of its namespace takes its job guard with it when it
+  // exits: its subtree goes with the container's cgroup, or at the next
+  // worker's start.
   void StartSweeping(Duration interval = std::chrono::milliseconds(500));
 
   // Stops the thread and sweeps a last time. The cgroup subtree, which
@@ -116,10 +118,9 @@ class Containment {
   // RemoveLeftovers removes what StartSweeping says, and logs it.
   void RemoveLeftovers() const;
 
-  const std::string root_;    // the jobs' cgroup subtree, "" without one
-  const std::string why_;     // why this mechanism, for Describe
-  int move_fd_;               // root_/worker/cgroup.procs until MoveIn
-  const int64_t started_ns_;  // CLOCK_REALTIME at Start, as ctime is
+  const std::string root_;  // the jobs' cgroup subtree, "" without one
+  const std::string why_;   // why this mechanism, for Describe
+  int move_fd_;             // root_/worker/cgroup.procs until MoveIn
   absl::once_flag move_once_;
   absl::Status moved_;
   Shutdown stop_;
