@@ -213,21 +213,7 @@ std::string StartFailure(const ExecSpec& spec, const Identity& who,
       ErrnoText(failure.error));
 }
 
-// The clone3 way, on x86-64 outside the sanitizers: ThreadSanitizer
-// follows vfork as a fork and would not follow a child it was not told of,
-// and AddressSanitizer's stack bookkeeping breaks on a child that runs on
-// a stack it does not know with the parent's thread state (the sanitizer
-// builds test the vfork way; the others, both).
-#if defined(CFDB_ASAN) || defined(CFDB_TSAN) || \
-    defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define CFDB_SPAWN_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define CFDB_SPAWN_SANITIZED 1
-#endif
-#endif
-#if defined(__x86_64__) && !defined(CFDB_SPAWN_SANITIZED)
-#define CFDB_SPAWN_CLONE3 1
+#ifdef CFDB_SPAWN_CLONE3
 
 // The child's stack: one for the process, as the spawns take turns under
 // JobPids::mu and each child is off it once it has exec'd (CLONE_VFORK).
@@ -276,14 +262,14 @@ long Clone3(clone_args* args, void (*run)(const ChildPlan*),
 }
 #endif
 
-// clone3 until a kernel or a filter refuses it.
-std::atomic<bool> clone3_works{
+// What a worker whose jobs start the vfork way says, and why after it.
+constexpr char kVforkWay[] =
+    "jobs start with vfork and join their cgroup by a write to cgroup.procs "
+    "(slower): {}";
+
 #ifdef CFDB_SPAWN_CLONE3
-    true
-#else
-    false
-#endif
-};
+// clone3 until a kernel or a filter refuses it.
+std::atomic<bool> clone3_works{true};
 
 // Refuses tells whether clone3's `error` means this kernel or sandbox
 // cannot do it at all (no clone3, no CLONE_INTO_CGROUP, a seccomp filter),
@@ -295,14 +281,11 @@ bool Refuses(int error) {
 // GiveUpClone3 turns clone3 off for good, saying so the first time.
 void GiveUpClone3(int error) {
   if (!clone3_works.exchange(false, std::memory_order_relaxed)) return;
-  spdlog::warn(
-      "jobs start with vfork and join their cgroup by a write to "
-      "cgroup.procs (slower): the kernel refused clone3 into the cgroup "
-      "({})",
-      ErrnoText(error));
+  spdlog::warn(kVforkWay,
+               absl::StrCat("the kernel refused clone3 into the cgroup (",
+                            ErrnoText(error), ")"));
 }
 
-#ifdef CFDB_SPAWN_CLONE3
 // Clone3Args are the arguments of a child made by clone3 on `stack`, into
 // the cgroup open at `cgroup` where it is not -1, with a pidfd into
 // `*pidfd` where that is not null.
@@ -330,7 +313,7 @@ struct Started {
 // StartChild creates the child that runs Child(plan), with every signal
 // blocked: clone3 into `cgroup` where that works, else vfork with `plan`
 // told to write itself into `cgroup_procs`.
-Started StartChild(ChildPlan& plan, const Identity& who,
+Started StartChild(ChildPlan& plan, [[maybe_unused]] const Identity& who,
                    const std::string& cgroup_procs)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(JobPids::mu) {
 #ifdef CFDB_SPAWN_CLONE3
@@ -395,13 +378,11 @@ void ProbeSpawn(const std::string& cgroup) {
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) {
     // A property of the build, not of the host: said, not warned.
-    spdlog::info(
-        "jobs start with vfork and join their cgroup by a write to "
-        "cgroup.procs (slower): {}",
+    spdlog::info(kVforkWay,
 #if defined(__x86_64__)
-        "this build's sanitizer cannot follow clone3");
+                 "this build's sanitizer cannot follow clone3");
 #else
-        "clone3 is used on x86-64 only");
+                 "clone3 is used on x86-64 only");
 #endif
   }
 #endif

@@ -62,6 +62,27 @@ struct Identity {
   rlim_t nofile = 0;
 };
 
+// Whether this build starts jobs with clone3: on x86-64 outside the
+// sanitizers. ThreadSanitizer follows vfork as a fork and would not follow
+// a child it was not told of, and AddressSanitizer's stack bookkeeping
+// breaks on a child that runs on a stack it does not know with the
+// parent's thread state: the sanitizer builds test the vfork way, the
+// others both.
+#if defined(CFDB_ASAN) || defined(CFDB_TSAN) || \
+    defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CFDB_SPAWN_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CFDB_SPAWN_SANITIZED 1
+#endif
+#endif
+#if defined(__x86_64__) && !defined(CFDB_SPAWN_SANITIZED)
+#define CFDB_SPAWN_CLONE3 1
+inline constexpr bool kSpawnsWithClone3 = true;
+#else
+inline constexpr bool kSpawnsWithClone3 = false;
+#endif
+
 // Spawned is a program started: its pid and, where the kernel gave one at
 // the start (clone3's CLONE_PIDFD), a pidfd for it (else none).
 struct Spawned {

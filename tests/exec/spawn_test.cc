@@ -15,19 +15,12 @@
 namespace cfdb::worker::internal {
 namespace {
 
-// The build takes clone3 (x86-64 without a sanitizer: src/exec/spawn.cc).
-#if defined(__x86_64__) && !defined(CFDB_ASAN) && !defined(CFDB_TSAN)
-constexpr bool kClone3Build = true;
-#else
-constexpr bool kClone3Build = false;
-#endif
-
 // Where the kernel takes clone3, the start hands back the program's pidfd
 // (CLONE_PIDFD), so that no pidfd_open follows: it names the program's
 // pid, and says when it exits. Without it RunExec would open one, and a
 // lost CLONE_PIDFD would cost a system call per job unseen.
 TEST(SpawnTest, Clone3HandsBackThePidfdOfTheProgram) {
-  if (!kClone3Build) GTEST_SKIP() << "this build spawns with vfork";
+  if (!kSpawnsWithClone3) GTEST_SKIP() << "this build spawns with vfork";
   ExecSpec spec{.argv = {"/bin/true"}};
   const absl::StatusOr<Spawned> program =
       Spawn(spec, Identity{}, STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO);

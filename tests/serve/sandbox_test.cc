@@ -24,6 +24,7 @@
 #include "cfdb/worker/connection.h"
 #include "cfdb/worker/exec.h"
 #include "exec/cgroup.h"
+#include "exec/spawn.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/daemon.h"
@@ -289,12 +290,8 @@ enum class End { kExit, kClientCancel, kTimeLimit, kStop, kLifetime };
 enum class Mode { kSubreaper, kCgroup, kCgroupAsWorkerUser, kCgroupByVfork };
 
 // Whether this build's worker always takes the vfork way (a sanitizer
-// build: src/exec/spawn.cc).
-#if defined(CFDB_ASAN) || defined(CFDB_TSAN) || !defined(__x86_64__)
-constexpr bool kVforkBuild = true;
-#else
-constexpr bool kVforkBuild = false;
-#endif
+// build, or not x86-64).
+constexpr bool kVforkBuild = !internal::kSpawnsWithClone3;
 
 // The command that runs the worker under a seccomp filter answering clone3
 // with ENOSYS.
